@@ -1,0 +1,350 @@
+/*
+ * ezmsg-c: the ezmsg messaging core in C, with profiling built in.
+ *
+ * This is the whole public API. It speaks the ezmsg wire protocol, so C processes and Python ezmsg
+ * processes share one graph (one graph server, one topic graph, one profile).
+ *
+ * Conventions
+ * - Every function that can fail returns an int: 0 (EZ_OK) or a negative EZ_E* code; ez_strerror()
+ *   names it. Functions returning a pointer return NULL only where documented.
+ * - Timeouts are in milliseconds; a negative timeout waits forever, 0 does not wait.
+ * - Addresses are "host:port" strings. A NULL address means: $EZMSG_GRAPHSERVER_ADDR, else
+ *   EZ_DEFAULT_ADDRESS.
+ * - The library never writes to stdout and never exits the process. It logs through a hook
+ *   (ez_set_log_hook); the default hook writes warnings and errors to stderr.
+ * - Strings returned through `char **` out-parameters are owned by the caller (free()).
+ *   Strings returned as `const char *` from an object are owned by that object and live as long
+ *   as it does.
+ */
+#ifndef EZMSG_EZMSG_H
+#define EZMSG_EZMSG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EZ_VERSION "3.6.2"                /* the ezmsg version we speak and announce */
+#define EZ_DEFAULT_ADDRESS "127.0.0.1:25978"
+#define EZ_ADDR_ENV "EZMSG_GRAPHSERVER_ADDR"
+#define EZ_PUB_PORT_ENV "EZMSG_PUBLISHER_PORT_START"
+#define EZ_PUB_PORT_DEFAULT 25980
+#define EZ_MAX_CONTROL_STR (1u << 20)     /* longest string accepted on a control link */
+#define EZ_DEFAULT_TIMEOUT_MS 5000        /* default for one-shot graph requests */
+
+/* ---------------------------------------------------------------------------------------------
+ * Errors
+ * ------------------------------------------------------------------------------------------- */
+enum {
+  EZ_OK = 0,
+  EZ_EINVAL = -22,        /* a bad argument from the caller */
+  EZ_ENOMEM = -12,        /* out of memory */
+  EZ_ENOENT = -2,         /* unknown id, name or topic */
+  EZ_ETIMEDOUT = -110,    /* the timeout passed */
+  EZ_ENOSERVER = -111,    /* nothing listens at the graph server address */
+  EZ_ECONNLOST = -104,    /* a peer went away (graph server, publisher, channel) */
+  EZ_EPROTO = -71,        /* a peer broke the protocol */
+  EZ_EMSGSIZE = -90,      /* a message or string beyond a limit */
+  EZ_ECLOSED = -108,      /* the object is closing or closed */
+  EZ_EAGAIN = -11,        /* nothing available now (timeout 0) */
+  EZ_EADDR = -99,         /* address unparsable, or cannot be bound */
+  EZ_ESYS = -5,           /* an unexpected system call failure (see the log) */
+  EZ_ECYCLIC = -4001,     /* CONNECT would create a cycle in the topic graph */
+};
+
+/* Returns a static, human-readable name for an EZ_E* code (or "unknown error"). Any thread. */
+const char *ez_strerror(int err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Logging
+ * ------------------------------------------------------------------------------------------- */
+enum { EZ_LOG_DEBUG = 0, EZ_LOG_INFO = 1, EZ_LOG_WARN = 2, EZ_LOG_ERROR = 3, EZ_LOG_OFF = 4 };
+
+/* A log sink: `msg` is one line without a newline, valid only during the call. May be called from
+ * any library thread, concurrently; it must not call back into the library. */
+typedef void (*ez_log_fn)(void *user, int level, const char *msg);
+
+/* Sets the process-wide log sink (NULL restores the default stderr sink) and the lowest level
+ * that reaches it (default EZ_LOG_WARN; $EZMSG_LOG_LEVEL=debug|info|warn|error|off overrides the
+ * default). Call before creating library objects; not synchronised with logging threads. */
+void ez_set_log_hook(ez_log_fn fn, void *user, int min_level);
+
+/* ---------------------------------------------------------------------------------------------
+ * Graph server
+ * ------------------------------------------------------------------------------------------- */
+typedef struct ez_server ez_server;
+
+/* Starts a graph server on its own thread, listening on `address` (NULL: env, else default; port
+ * 0 picks a free port). Returns once it accepts connections. EZ_EADDR if it cannot bind.
+ * The caller owns *out and must ez_server_stop() it. Any thread. */
+int ez_server_start(const char *address, ez_server **out);
+
+/* The address the server listens on ("host:port", port resolved). Owned by the server. */
+const char *ez_server_address(const ez_server *srv);
+
+/* Blocks until the server stops (a SHUTDOWN command or ez_server_stop from another thread).
+ * Returns 0, or EZ_ETIMEDOUT if `timeout_ms` passed first. */
+int ez_server_wait(ez_server *srv, int timeout_ms);
+
+/* Stops the server (closing every client connection and unlinking every segment it created),
+ * joins its thread and frees it. NULL is a no-op. Not from the server's own thread. */
+void ez_server_stop(ez_server *srv);
+
+/* ---------------------------------------------------------------------------------------------
+ * One-shot graph requests (each opens its own connection to the graph server at `address`)
+ * All are thread-safe. EZ_ENOSERVER if nothing listens; EZ_ETIMEDOUT after timeout_ms.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Connects, reads the server's version string and hangs up. If `version` is non-NULL it receives
+ * the version (truncated to `cap` bytes, NUL-terminated). */
+int ez_graph_ping(const char *address, char *version, size_t cap, int timeout_ms);
+
+/* Adds the edge from -> to. EZ_ECYCLIC if it would create a cycle (a self-edge is one). */
+int ez_graph_connect(const char *address, const char *from, const char *to, int timeout_ms);
+
+/* Removes the edge from -> to (absent edges are fine); nodes left unconnected are pruned. */
+int ez_graph_disconnect(const char *address, const char *from, const char *to, int timeout_ms);
+
+/* Asks every publisher to drain its buffers; returns when all have (they stay paused). */
+int ez_graph_sync(const char *address, int timeout_ms);
+
+/* Pauses / resumes every publisher of the graph. */
+int ez_graph_pause(const char *address, int timeout_ms);
+int ez_graph_resume(const char *address, int timeout_ms);
+
+/* Asks the graph server to stop. */
+int ez_graph_shutdown(const char *address, int timeout_ms);
+
+/* The topic graph: every topic and the topics it feeds. */
+typedef struct ez_graph_node {
+  char *topic;
+  size_t n_to;
+  char **to;
+} ez_graph_node;
+typedef struct ez_graph {
+  size_t n_nodes;
+  ez_graph_node *nodes;
+} ez_graph;
+
+/* Fetches the topic graph (DAG command). On success *out is filled; free it with ez_graph_free.
+ * EZ_EPROTO if the server's pickle is not one we accept. */
+int ez_graph_dag(const char *address, ez_graph *out, int timeout_ms);
+
+/* Frees what ez_graph_dag filled (not the struct itself). Safe on a zeroed struct. */
+void ez_graph_free(ez_graph *g);
+
+/* Renders a graph as text: fmt is "graphviz" or "mermaid". Returns a malloc'd string or NULL for
+ * an unknown format / no memory. */
+char *ez_graph_format(const ez_graph *g, const char *fmt);
+
+/* ---------------------------------------------------------------------------------------------
+ * Shared-memory segments (through the graph server; the connection is the lease)
+ * ------------------------------------------------------------------------------------------- */
+typedef struct ez_shm ez_shm;
+
+/* Asks the server to create a segment of `num_buffers` buffers with room for `buf_size` bytes
+ * each, and maps it. The caller owns *out (ez_shm_close). */
+int ez_shm_create(const char *address, uint64_t num_buffers, uint64_t buf_size, ez_shm **out,
+                  int timeout_ms);
+
+/* Leases and maps the existing segment `name`. EZ_ENOENT if the server does not know it. */
+int ez_shm_attach(const char *address, const char *name, ez_shm **out, int timeout_ms);
+
+const char *ez_shm_name(const ez_shm *s);
+uint64_t ez_shm_num_buffers(const ez_shm *s);
+/* Usable bytes of each buffer's data block (stride - 16). */
+uint64_t ez_shm_buffer_size(const ez_shm *s);
+/* Data block of buffer i (NULL if i is out of range). */
+void *ez_shm_buffer(ez_shm *s, uint64_t i);
+
+/* Unmaps and releases the lease (the server unlinks the segment with its last lease). */
+void ez_shm_close(ez_shm *s);
+
+/* ---------------------------------------------------------------------------------------------
+ * Context: one process's membership of a graph
+ * ------------------------------------------------------------------------------------------- */
+typedef struct ez_context ez_context;
+
+/* Opens a context on the graph server at `address`. With a NULL address the environment's or the
+ * default address is used, and if nothing answers there and $EZMSG_GRAPHSERVER_ADDR is unset, an
+ * embedded server is started in this process on that default address (as the reference's
+ * GraphService.ensure()). Starts the context's I/O thread. Caller owns *out (ez_context_close).
+ * EZ_ENOSERVER if an explicitly named server does not answer. */
+int ez_context_open(const char *address, ez_context **out);
+
+/* The graph server address in use. Owned by the context. */
+const char *ez_context_address(const ez_context *ctx);
+
+/* True if this context runs the embedded graph server. */
+bool ez_context_owns_server(const ez_context *ctx);
+
+/* Destroys every publisher and subscriber still open on the context, stops its I/O thread (and its
+ * embedded server, if any) and frees it. No other thread may use the context or its objects
+ * during or after this call. NULL is a no-op. */
+void ez_context_close(ez_context *ctx);
+
+/* ---------------------------------------------------------------------------------------------
+ * Publishers
+ * ------------------------------------------------------------------------------------------- */
+typedef struct ez_pub ez_pub;
+
+typedef struct ez_pub_opts {
+  uint32_t num_buffers; /* ring slots, >= 1 (default 32) */
+  uint64_t buf_size;    /* initial data room per slot in bytes (default 65536) */
+  bool force_tcp;       /* never use shared memory for other processes */
+  bool start_paused;    /* publish blocks until resumed */
+  const char *host;     /* channel server host (default "127.0.0.1") */
+  uint16_t port;        /* channel server port (0: first free from $EZMSG_PUBLISHER_PORT_START) */
+} ez_pub_opts;
+
+/* Fills opts with the defaults above. */
+void ez_pub_opts_init(ez_pub_opts *opts);
+
+/* Creates a publisher on `topic` (opts may be NULL for defaults): registers it with the graph
+ * server, obtains its segment and starts serving channels. Caller owns *out (ez_pub_destroy).
+ * Any thread. */
+int ez_pub_create(ez_context *ctx, const char *topic, const ez_pub_opts *opts, ez_pub **out);
+
+/* Publishes `len` bytes: one copy into the next ring slot, then every subscriber is notified.
+ * Blocks while that slot is still held by a subscriber (backpressure) or while the publisher is
+ * paused, up to timeout_ms (EZ_ETIMEDOUT; nothing was sent). One publisher may be used by one
+ * thread at a time (calls on the same publisher must not overlap). */
+int ez_publish(ez_pub *pub, const void *data, size_t len, int timeout_ms);
+
+/* Zero-copy publish: waits (as ez_publish) for the next slot and returns a pointer to `len` bytes
+ * of writable room in it. Finish with ez_pub_commit (sends, possibly fewer bytes) or
+ * ez_pub_cancel. No other publish may start in between. */
+int ez_pub_loan(ez_pub *pub, size_t len, void **buf, int timeout_ms);
+int ez_pub_commit(ez_pub *pub, size_t len);
+void ez_pub_cancel(ez_pub *pub);
+
+/* Blocks until every message published so far has been released by every subscriber. */
+int ez_pub_flush(ez_pub *pub, int timeout_ms);
+
+/* The publisher's id (UUID string), topic, channel count and sent-message count. Any thread. */
+const char *ez_pub_id(const ez_pub *pub);
+const char *ez_pub_topic(const ez_pub *pub);
+size_t ez_pub_num_channels(ez_pub *pub);
+
+/* Unregisters and frees the publisher; unacknowledged messages are abandoned. NULL: no-op. */
+void ez_pub_destroy(ez_pub *pub);
+
+/* ---------------------------------------------------------------------------------------------
+ * Subscribers
+ * ------------------------------------------------------------------------------------------- */
+typedef struct ez_sub ez_sub;
+
+typedef struct ez_sub_opts {
+  const char *handle; /* label in profiles (default: the topic) */
+} ez_sub_opts;
+
+/* Creates a subscriber on `topic`; returns once it is connected to every current upstream
+ * publisher, so anything published after this returns is received. Caller owns *out. */
+int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, ez_sub **out);
+
+enum {
+  EZ_MSG_RAW_PICKLE = 1 /* not a bytes payload: `bufs` hold the sender's pickle buffers */
+};
+
+typedef struct ez_iov {
+  const void *data;
+  size_t len;
+} ez_iov;
+
+/* A received message: a read-only view into the channel's memory, valid until ez_msg_release. */
+typedef struct ez_msg {
+  const void *data;   /* the payload (for EZ_MSG_RAW_PICKLE: buffer 0, the pickle) */
+  size_t len;
+  uint64_t msg_id;    /* per-publisher sequence number, from 0 */
+  const char *pub_id; /* the sending publisher's id */
+  unsigned flags;
+  size_t nbufs;       /* with EZ_MSG_RAW_PICKLE: the marshalled buffers */
+  const ez_iov *bufs;
+  void *ref_;         /* internal */
+} ez_msg;
+
+/* Waits up to timeout_ms for the next message and fills *msg with a zero-copy view. The message
+ * holds its publisher's slot until ez_msg_release (backpressure). EZ_ETIMEDOUT / EZ_EAGAIN when
+ * nothing came; EZ_ECONNLOST if the graph server went away. One thread at a time per subscriber. */
+int ez_recv(ez_sub *sub, ez_msg *msg, int timeout_ms);
+
+/* Releases a message from ez_recv. Any thread, once per message. */
+void ez_msg_release(ez_msg *msg);
+
+/* Copying receive: copies up to `cap` bytes into buf, sets *len to the full payload length and
+ * releases the message. EZ_EMSGSIZE (message consumed, *len set) if cap was too small. */
+int ez_recv_copy(ez_sub *sub, void *buf, size_t cap, size_t *len, int timeout_ms);
+
+/* A file descriptor that polls readable while a message waits. Owned by the subscriber. */
+int ez_sub_fd(const ez_sub *sub);
+
+const char *ez_sub_id(const ez_sub *sub);
+const char *ez_sub_topic(const ez_sub *sub);
+
+/* Unregisters and frees the subscriber, releasing every message it still holds. NULL: no-op. */
+void ez_sub_destroy(ez_sub *sub);
+
+/* ---------------------------------------------------------------------------------------------
+ * Profiling
+ * ------------------------------------------------------------------------------------------- */
+#define EZ_PROFILE_WINDOW_S 2.0   /* default window */
+#define EZ_PROFILE_MAX_WINDOW_S 10.0
+
+/* Asks the graph server for the aggregated profile over the last `window_s` seconds (clamped to
+ * [0, 10]). *json receives the document {"window_s", "publishers": [...], "channels": [...]}
+ * (caller frees). */
+int ez_profile(const char *address, double window_s, char **json, int timeout_ms);
+
+/* Snapshot of this process's own publishers and channels, no server round trip; same document
+ * shape. Any thread. */
+int ez_context_profile(ez_context *ctx, double window_s, char **json);
+
+typedef struct ez_latency {
+  double avg_ms, max_ms, p50_ms, p99_ms;
+  uint64_t samples;
+  uint64_t in_flight;
+} ez_latency;
+
+typedef struct ez_profile_pub {
+  char *id, *topic, *host;
+  int64_t pid;
+  uint64_t num_buffers, num_channels;
+  double window_s, message_rate_hz, byte_rate_per_s;
+  uint64_t messages_total, messages_window, bytes_total, bytes_window;
+  ez_latency backpressure;
+} ez_profile_pub;
+
+typedef struct ez_profile_subscriber {
+  char *subscriber_id, *handle;
+  double message_rate_hz;
+  ez_latency processing;
+} ez_profile_subscriber;
+
+typedef struct ez_profile_channel {
+  char *channel_id, *pub_id, *topic, *mode, *host;
+  int64_t pid;
+  uint64_t num_buffers, in_flight;
+  double window_s;
+  size_t n_subscribers;
+  ez_profile_subscriber *subscribers;
+} ez_profile_channel;
+
+typedef struct ez_profile_data {
+  double window_s;
+  size_t n_publishers, n_channels;
+  ez_profile_pub *publishers;
+  ez_profile_channel *channels;
+} ez_profile_data;
+
+/* Parses a profile document (ours or the Python reference's) into *out; absent fields are zero
+ * or NULL. EZ_EPROTO if it is not such a document. Free with ez_profile_data_free. */
+int ez_profile_parse(const char *json, ez_profile_data *out);
+void ez_profile_data_free(ez_profile_data *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,587 @@
+/* Channels: one per (process, publisher), shared by that process's subscribers. A channel receives
+ * each message once (in place from the publisher's segment when local or over shared memory, or
+ * as TX_TCP bytes), notifies its subscribers, and acks the publisher when the last one releases
+ * it. The I/O thread runs its links; user threads view and release messages. */
+#include "context.h"
+#include "graphclient.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MAX_TCP_MSG ((uint64_t)1 << 30) /* the largest TX_TCP message we accept */
+#define HDR_LIMIT 4096
+
+typedef struct slot {
+  uint64_t msg_id;
+  bool live;
+  uint32_t refs; /* subscribers still holding it */
+  ezi_unmarshalled um;
+  uint8_t *owned; /* TX_TCP bytes */
+  ezi_seg *seg;   /* the segment the bytes live in */
+  ez_iov *iov;    /* raw pickles: the buffers */
+} slot;
+
+struct chan_sub {
+  chan *ch;
+  ez_sub *sub;
+  uint64_t *t0; /* notify time per slot (0: not held) */
+  uint64_t in_flight;
+  bool gone;
+  ezi_window proc;
+};
+
+struct chan {
+  ez_context *ctx;
+  char id[37], pub_id[37];
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint32_t nbuf;
+  slot *slots;
+  chan_sub **subs;
+  size_t n_subs;
+  int refs; /* chan_subs alive (chan->mu) */
+  const char *mode;
+  /* local */
+  ez_pub *local_pub;
+  int pub_users;
+  /* remote (I/O thread) */
+  ezi_watch pw;
+  ezi_buf pin;
+  ezi_outbox acks;
+  ezi_seg *seg;
+  /* graph link (I/O thread) */
+  ezi_watch gw;
+  ezi_buf gin;
+  ezi_outbox gout;
+};
+
+const char *ezi_chan_pub_id(const chan *c) { return c->pub_id; }
+
+/* ---- slots --------------------------------------------------------------------------------- */
+
+static void slot_clear(slot *s) {
+  free(s->owned);
+  free(s->iov);
+  ezi_seg_unref(s->seg);
+  *s = (slot){0};
+}
+
+/* Acks msg_id to the publisher. Never called with c->mu held. */
+static void ack(chan *c, uint64_t msg_id) {
+  pthread_mutex_lock(&c->mu);
+  ez_pub *pub = c->local_pub;
+  if (pub) c->pub_users++;
+  pthread_mutex_unlock(&c->mu);
+  if (pub) {
+    ezi_pub_local_free(pub, msg_id);
+    pthread_mutex_lock(&c->mu);
+    if (--c->pub_users == 0) pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return;
+  }
+  if (c->pw.fd < 0) return;
+  uint8_t b[9] = {EZI_RX_ACK};
+  ezi_put_u64le(b + 1, msg_id);
+  ezi_outbox_put(c->ctx, &c->acks, b, 9);
+}
+
+/* Stores a validated message and notifies the subscribers (c->mu held). Returns true if someone
+ * took it; otherwise the caller acks it at once. */
+static bool deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
+                    ezi_seg *seg) {
+  slot *s = &c->slots[msg_id % c->nbuf];
+  if (s->live) {
+    EZI_WARN("channel %s: publisher reused slot of message %llu before it was released", c->id,
+             (unsigned long long)s->msg_id);
+    slot_clear(s);
+  }
+  size_t holders = 0;
+  for (size_t i = 0; i < c->n_subs; i++) holders += !c->subs[i]->gone;
+  if (!holders) {
+    free(owned);
+    return false;
+  }
+  s->msg_id = msg_id;
+  s->live = true;
+  s->um = *um;
+  s->owned = owned;
+  s->seg = seg;
+  if (seg) ezi_seg_ref(seg);
+  if (um->raw_pickle && (s->iov = calloc((size_t)um->nbuf, sizeof *s->iov))) {
+    for (uint64_t i = 0; i < um->nbuf; i++) {
+      const uint8_t *d;
+      size_t n;
+      ezi_unmarshal_buf(um, i, &d, &n);
+      s->iov[i] = (ez_iov){d, n};
+    }
+  }
+  uint64_t now = ezi_now_ns();
+  for (size_t i = 0; i < c->n_subs; i++) {
+    chan_sub *cs = c->subs[i];
+    if (cs->gone) continue;
+    cs->t0[msg_id % c->nbuf] = now;
+    cs->in_flight++;
+    s->refs++;
+    ezi_sub_push(cs->sub, cs, msg_id);
+  }
+  return true;
+}
+
+bool ezi_chan_put_local(chan *c, uint64_t msg_id, ezi_seg *seg, const uint8_t *data, size_t len) {
+  ezi_unmarshalled um;
+  if (ezi_unmarshal(data, len, &um)) return false;
+  pthread_mutex_lock(&c->mu);
+  c->mode = "local";
+  bool took = deliver(c, msg_id, &um, NULL, seg);
+  pthread_mutex_unlock(&c->mu);
+  return took;
+}
+
+int ezi_chan_view(chan_sub *cs, uint64_t msg_id, ez_msg *m) {
+  chan *c = cs->ch;
+  pthread_mutex_lock(&c->mu);
+  slot *s = &c->slots[msg_id % c->nbuf];
+  int rc = s->live && s->msg_id == msg_id ? 0 : EZ_ENOENT;
+  if (!rc) {
+    m->data = s->um.payload;
+    m->len = s->um.payload_len;
+    m->msg_id = msg_id;
+    m->pub_id = c->pub_id;
+    m->flags = s->um.raw_pickle ? EZ_MSG_RAW_PICKLE : 0;
+    m->nbufs = s->iov ? (size_t)s->um.nbuf : 0;
+    m->bufs = s->iov;
+    m->ref_ = cs;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+static void chan_destroy(chan *c);
+
+static void destroy_task(void *arg) { chan_destroy(arg); }
+
+/* Drops a reference held by a chan_sub; the last one destroys the channel on the I/O thread. */
+static void chan_unref(chan *c) {
+  pthread_mutex_lock(&c->mu);
+  int left = --c->refs;
+  pthread_mutex_unlock(&c->mu);
+  if (left > 0) return;
+  if (ezi_loop_on_thread(c->ctx->loop)) chan_destroy(c);
+  else ezi_loop_post(c->ctx->loop, destroy_task, c);
+}
+
+void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
+  chan *c = cs->ch;
+  uint32_t idx = (uint32_t)(msg_id % c->nbuf);
+  uint64_t now = ezi_now_ns();
+  bool do_ack = false, free_cs = false;
+  pthread_mutex_lock(&c->mu);
+  slot *s = &c->slots[idx];
+  if (cs->t0[idx] && s->live && s->msg_id == msg_id) {
+    ezi_window_add(&cs->proc, now, now - cs->t0[idx]);
+    cs->t0[idx] = 0;
+    cs->in_flight--;
+    if (--s->refs == 0) {
+      slot_clear(s);
+      do_ack = true;
+    }
+  }
+  free_cs = cs->gone && cs->in_flight == 0;
+  pthread_mutex_unlock(&c->mu);
+  if (do_ack) ack(c, msg_id);
+  if (free_cs) {
+    free(cs->t0);
+    free(cs);
+    chan_unref(c);
+  }
+}
+
+/* ---- remote link --------------------------------------------------------------------------- */
+
+static void pub_link_close(chan *c) {
+  if (c->pw.fd < 0) return;
+  ezi_loop_del(&c->pw);
+  ezi_outbox_close(c->ctx, &c->acks);
+  close(c->pw.fd);
+  c->pw.fd = -1;
+  ezi_buf_free(&c->pin);
+}
+
+static int switch_segment(chan *c, const char *name, size_t n) {
+  char nm[EZI_SHM_NAME_MAX + 1];
+  if (n > EZI_SHM_NAME_MAX) return EZ_EPROTO;
+  memcpy(nm, name, n);
+  nm[n] = 0;
+  ezi_seg *ns = NULL;
+  int rc = ezi_seg_attach(c->ctx->address, nm, &ns, EZ_DEFAULT_TIMEOUT_MS);
+  if (rc) return rc;
+  if (ns->shm.num_buffers != c->nbuf) {
+    ezi_seg_unref(ns);
+    return EZ_EPROTO;
+  }
+  ezi_seg_unref(c->seg); /* slots keep their own references */
+  c->seg = ns;
+  return 0;
+}
+
+/* Parses one data frame from c->pin: bytes used, 0 for more, < 0 on a protocol error. */
+static long data_frame(chan *c) {
+  ezi_rd r;
+  ezi_rd_init(&r, ezi_buf_head(&c->pin), ezi_buf_pending(&c->pin), EZI_SHM_NAME_MAX);
+  uint8_t cmd = 0;
+  uint64_t msg_id = 0, size = 0;
+  const char *name = NULL;
+  size_t nn = 0;
+  if (ezi_rd_u8(&r, &cmd) && ezi_rd_u64(&r, &msg_id)) {
+    if (cmd == EZI_TX_SHM) ezi_rd_str(&r, &name, &nn);
+    else if (cmd == EZI_TX_TCP && ezi_rd_u64(&r, &size) && size <= MAX_TCP_MSG) ezi_rd_skip(&r, (size_t)size);
+    else if (cmd != EZI_TX_TCP) return EZ_EPROTO;
+  }
+  if (cmd == EZI_TX_TCP && size > MAX_TCP_MSG) return EZ_EMSGSIZE;
+  int st = ezi_rd_status(&r);
+  if (st <= 0) return st;
+
+  ezi_unmarshalled um;
+  uint8_t *owned = NULL;
+  ezi_seg *seg = NULL;
+  if (cmd == EZI_TX_SHM) {
+    if (!c->seg || strlen(c->seg->shm.name) != nn || memcmp(c->seg->shm.name, name, nn)) {
+      int rc = switch_segment(c, name, nn);
+      if (rc) return rc;
+    }
+    seg = c->seg;
+    const uint8_t *d = ezi_seg_data(seg, msg_id % c->nbuf);
+    if (ezi_unmarshal(d, ezi_seg_room(seg), &um) || um.msg_id != msg_id) return EZ_EPROTO;
+  } else {
+    const uint8_t *d = r.p + r.pos - size;
+    owned = malloc(size ? (size_t)size : 1);
+    if (!owned) return EZ_ENOMEM;
+    memcpy(owned, d, (size_t)size);
+    if (ezi_unmarshal(owned, (size_t)size, &um) || um.size != size || um.msg_id != msg_id) {
+      free(owned);
+      return EZ_EPROTO;
+    }
+  }
+  pthread_mutex_lock(&c->mu);
+  c->mode = cmd == EZI_TX_SHM ? "shm" : "tcp";
+  bool took = deliver(c, msg_id, &um, owned, seg);
+  pthread_mutex_unlock(&c->mu);
+  if (!took) ack(c, msg_id);
+  return (long)r.pos;
+}
+
+static void on_pub(ezi_watch *w, uint32_t ev) {
+  chan *c = w->arg;
+  if ((ev & EPOLLOUT) && ezi_outbox_flush(&c->acks)) return pub_link_close(c);
+  if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
+  size_t limit = HDR_LIMIT;
+  long n;
+  for (;;) {
+    n = ezi_buf_fill(&c->pin, w->fd, limit);
+    if (n <= 0) break;
+    for (;;) {
+      long used = data_frame(c);
+      if (used < 0) {
+        EZI_WARN("channel %s: bad data from publisher %s (%s); dropping the link", c->id, c->pub_id,
+                 ez_strerror((int)used));
+        return pub_link_close(c);
+      }
+      if (used == 0) break;
+      ezi_buf_consume(&c->pin, (size_t)used);
+    }
+    /* A TX_TCP frame larger than the header room: let the buffer grow as its bytes arrive. */
+    const uint8_t *h = ezi_buf_head(&c->pin);
+    size_t pend = ezi_buf_pending(&c->pin);
+    limit = HDR_LIMIT;
+    if (pend >= 17 && h[0] == EZI_TX_TCP) {
+      uint64_t size = ezi_get_u64le(h + 9);
+      if (size <= MAX_TCP_MSG) limit = (size_t)size + 17;
+    }
+    if (limit < 65536 + HDR_LIMIT) limit = 65536 + HDR_LIMIT;
+  }
+  if (n < 0) {
+    EZI_DEBUG("channel %s: publisher %s went away", c->id, c->pub_id);
+    pub_link_close(c);
+  }
+}
+
+/* ---- graph link ---------------------------------------------------------------------------- */
+
+json_t *ezi_chan_profile(chan *c, double window_s) {
+  uint64_t now = ezi_now_ns();
+  window_s = ezi_clamp_window(window_s);
+  json_t *j = json_object(), *subs = json_array();
+  uint64_t in_flight = 0;
+  pthread_mutex_lock(&c->mu);
+  for (size_t i = 0; i < c->n_subs; i++) {
+    chan_sub *cs = c->subs[i];
+    json_array_append_new(subs, ezi_sub_tel_json(&cs->proc, ez_sub_id(cs->sub), ezi_sub_handle(cs->sub),
+                                                 cs->in_flight, now, window_s));
+    in_flight += cs->in_flight;
+  }
+  const char *mode = c->mode;
+  pthread_mutex_unlock(&c->mu);
+  json_object_set_new(j, "type", json_string("channel"));
+  json_object_set_new(j, "channel_id", json_string(c->id));
+  json_object_set_new(j, "pub_id", json_string(c->pub_id));
+  json_object_set_new(j, "pid", json_integer(c->ctx->pid));
+  json_object_set_new(j, "num_buffers", json_integer(c->nbuf));
+  json_object_set_new(j, "mode", json_string(mode));
+  json_object_set_new(j, "window_s", json_real(window_s));
+  json_object_set_new(j, "in_flight", json_integer((json_int_t)in_flight));
+  json_object_set_new(j, "subscribers", subs);
+  json_object_set_new(j, "host", json_string(c->ctx->host));
+  return j;
+}
+
+static void graph_link_close(chan *c) {
+  if (c->gw.fd < 0) return;
+  ezi_loop_del(&c->gw);
+  ezi_outbox_close(c->ctx, &c->gout);
+  close(c->gw.fd);
+  c->gw.fd = -1;
+  ezi_buf_free(&c->gin);
+}
+
+static void on_graph(ezi_watch *w, uint32_t ev) {
+  chan *c = w->arg;
+  if (ev & EPOLLOUT) ezi_outbox_flush(&c->gout);
+  if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
+  long n;
+  while ((n = ezi_buf_fill(&c->gin, w->fd, 4096)) > 0) {
+    while (ezi_buf_pending(&c->gin) >= 9 && ezi_buf_head(&c->gin)[0] == EZI_PROFILE) {
+      uint64_t ms = ezi_get_u64le(ezi_buf_head(&c->gin) + 1);
+      ezi_buf_consume(&c->gin, 9);
+      json_t *j = ezi_chan_profile(c, (double)ms / 1000.0);
+      char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+      json_decref(j);
+      ezi_buf b = {0};
+      ezi_buf_put_u8(&b, EZI_PROFILE_DATA);
+      ezi_buf_put_cstr(&b, text ? text : "{}");
+      free(text);
+      if (b.data) ezi_outbox_put(c->ctx, &c->gout, b.data, b.len);
+      ezi_buf_free(&b);
+    }
+    if (ezi_buf_pending(&c->gin) && ezi_buf_head(&c->gin)[0] != EZI_PROFILE) {
+      EZI_WARN("channel %s: unknown command %u from the graph server", c->id, ezi_buf_head(&c->gin)[0]);
+      ezi_buf_consume(&c->gin, 1);
+    }
+  }
+  if (n < 0) graph_link_close(c);
+}
+
+/* ---- creation and destruction (I/O thread) ------------------------------------------------- */
+
+/* CHANNEL at the graph server: the channel id and the publisher's address. */
+static int register_channel(chan *c, char **addr, uint64_t deadline) {
+  int fd = ezi_graph_open(c->ctx->address, deadline, NULL, 0);
+  if (fd < 0) return fd;
+  ezi_buf b = {0};
+  ezi_buf_put_u8(&b, EZI_CHANNEL);
+  ezi_buf_put_cstr(&b, c->pub_id);
+  int rc = b.data ? ezi_io_write(fd, b.data, b.len, deadline) : EZ_ENOMEM;
+  ezi_buf_free(&b);
+  uint8_t r = 0;
+  char *id = NULL;
+  size_t n = 0;
+  if (!rc) rc = ezi_io_read(fd, &r, 1, deadline);
+  if (rc == EZ_ECONNLOST) rc = EZ_ENOENT; /* unknown publisher: the server hangs up */
+  if (!rc && r != EZI_COMPLETE) rc = EZ_EPROTO;
+  if (!rc) rc = ezi_io_read_str(fd, &id, &n, 64, deadline);
+  if (!rc && !ezi_is_uuid(id, n)) rc = EZ_EPROTO;
+  if (!rc) {
+    memcpy(c->id, id, 37);
+    rc = ezi_io_read_str(fd, addr, NULL, 300, deadline);
+  }
+  free(id);
+  if (rc) {
+    close(fd);
+    return rc;
+  }
+  return fd;
+}
+
+/* The channel handshake with a publisher in another process. */
+static int connect_publisher(chan *c, const char *addr, uint64_t deadline) {
+  char host[256];
+  uint16_t port;
+  if (ezi_addr_parse(addr, host, &port)) return EZ_EPROTO;
+  int fd = ezi_tcp_connect(host, port, ezi_ms_left(deadline));
+  if (fd < 0) return fd == EZ_ENOSERVER ? EZ_ECONNLOST : fd;
+  ezi_buf b = {0};
+  ezi_buf_put_u8(&b, EZI_CHANNEL);
+  ezi_buf_put_cstr(&b, c->id);
+  int rc = b.data ? ezi_io_write(fd, b.data, b.len, deadline) : EZ_ENOMEM;
+  ezi_buf_reset(&b);
+  char *shm_name = NULL;
+  if (!rc) rc = ezi_io_read_str(fd, &shm_name, NULL, 1024, deadline);
+  if (!rc) {
+    if (!*shm_name || strlen(shm_name) > EZI_SHM_NAME_MAX ||
+        ezi_seg_attach(c->ctx->address, shm_name, &c->seg, ezi_ms_left(deadline)))
+      c->seg = NULL;
+    ezi_buf_put_u8(&b, c->seg ? EZI_SHM_OK : EZI_SHM_ATTACH_FAILED);
+    ezi_buf_put_u64(&b, (uint64_t)c->ctx->pid);
+    rc = b.data ? ezi_io_write(fd, b.data, b.len, deadline) : EZ_ENOMEM;
+  }
+  free(shm_name);
+  ezi_buf_free(&b);
+  uint8_t r = 0;
+  uint64_t nbuf = 0;
+  if (!rc) rc = ezi_io_read(fd, &r, 1, deadline);
+  if (!rc && r != EZI_COMPLETE) rc = EZ_EPROTO;
+  if (!rc) rc = ezi_io_read_u64(fd, &nbuf, deadline);
+  if (!rc && (nbuf < 1 || nbuf > EZI_SHM_MAX_BUFFERS)) rc = EZ_EPROTO;
+  if (!rc && c->seg && c->seg->shm.num_buffers != nbuf) {
+    ezi_seg_unref(c->seg); /* not the layout the publisher says: use nothing of it */
+    c->seg = NULL;
+  }
+  if (rc) {
+    close(fd);
+    return rc;
+  }
+  c->nbuf = (uint32_t)nbuf;
+  return fd;
+}
+
+static int chan_create(ez_context *ctx, const char *pub_id, chan **out) {
+  chan *c = calloc(1, sizeof *c);
+  if (!c) return EZ_ENOMEM;
+  c->ctx = ctx;
+  snprintf(c->pub_id, sizeof c->pub_id, "%s", pub_id);
+  c->mode = "unknown";
+  c->pw.fd = c->gw.fd = -1;
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  uint64_t deadline = ezi_deadline(EZ_DEFAULT_TIMEOUT_MS);
+  char *addr = NULL;
+  int gfd = register_channel(c, &addr, deadline), pfd = -1, rc = 0;
+  if (gfd < 0) rc = gfd;
+  ez_pub *local = rc ? NULL : ezi_ctx_find_pub(ctx, pub_id);
+  if (!rc && local) c->nbuf = ezi_pub_num_buffers(local);
+  else if (!rc && (pfd = connect_publisher(c, addr, deadline)) < 0) rc = pfd;
+  free(addr);
+  if (!rc && !(c->slots = calloc(c->nbuf, sizeof *c->slots))) rc = EZ_ENOMEM;
+  if (rc) {
+    if (gfd >= 0) close(gfd);
+    if (pfd >= 0) close(pfd);
+    ezi_seg_unref(c->seg);
+    free(c->slots);
+    free(c);
+    return rc;
+  }
+  c->gw = (ezi_watch){.fd = gfd, .fn = on_graph, .arg = c};
+  ezi_outbox_init(&c->gout, &c->gw, EPOLLIN | EPOLLRDHUP);
+  ezi_loop_add(ctx->loop, &c->gw, EPOLLIN | EPOLLRDHUP);
+  if (local) {
+    c->local_pub = local;
+    ezi_pub_set_local(local, c);
+  } else {
+    c->pw = (ezi_watch){.fd = pfd, .fn = on_pub, .arg = c};
+    ezi_outbox_init(&c->acks, &c->pw, EPOLLIN | EPOLLRDHUP);
+    ezi_loop_add(ctx->loop, &c->pw, EPOLLIN | EPOLLRDHUP);
+  }
+  *out = c;
+  return 0;
+}
+
+void ezi_chan_pub_gone(chan *c) {
+  pthread_mutex_lock(&c->mu);
+  c->local_pub = NULL;
+  while (c->pub_users) pthread_cond_wait(&c->cv, &c->mu); /* acks in progress finish first */
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void chan_destroy(chan *c) {
+  ez_context *ctx = c->ctx;
+  pthread_mutex_lock(&ctx->mu);
+  for (size_t i = 0; i < ctx->n_chans; i++) {
+    if (ctx->chans[i] == c) {
+      ctx->chans[i] = ctx->chans[--ctx->n_chans];
+      break;
+    }
+  }
+  pthread_mutex_unlock(&ctx->mu);
+  pthread_mutex_lock(&c->mu);
+  ez_pub *pub = c->local_pub;
+  pthread_mutex_unlock(&c->mu);
+  if (pub) {
+    ezi_pub_set_local(pub, NULL);
+    ezi_chan_pub_gone(c);
+  }
+  pub_link_close(c);
+  graph_link_close(c);
+  for (uint32_t i = 0; i < c->nbuf; i++) slot_clear(&c->slots[i]);
+  ezi_seg_unref(c->seg);
+  free(c->slots);
+  free(c->subs);
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  free(c);
+}
+
+int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **out) {
+  pthread_mutex_lock(&ctx->mu);
+  chan *c = ezi_ctx_find_chan(ctx, pub_id);
+  pthread_mutex_unlock(&ctx->mu);
+  bool fresh = false;
+  if (!c) {
+    int rc = chan_create(ctx, pub_id, &c);
+    if (rc) return rc;
+    fresh = true;
+  }
+  chan_sub *cs = calloc(1, sizeof *cs);
+  if (cs) cs->t0 = calloc(c->nbuf, sizeof *cs->t0);
+  chan_sub **v = cs && cs->t0 ? realloc(c->subs, (c->n_subs + 1) * sizeof *v) : NULL;
+  if (!v) {
+    if (cs) free(cs->t0);
+    free(cs);
+    if (fresh) chan_destroy(c);
+    return EZ_ENOMEM;
+  }
+  cs->ch = c;
+  cs->sub = sub;
+  ezi_window_init(&cs->proc);
+  pthread_mutex_lock(&c->mu);
+  c->subs = v;
+  c->subs[c->n_subs++] = cs;
+  c->refs++;
+  pthread_mutex_unlock(&c->mu);
+  if (fresh) {
+    pthread_mutex_lock(&ctx->mu);
+    chan **cv = realloc(ctx->chans, (ctx->n_chans + 1) * sizeof *cv);
+    if (cv) {
+      ctx->chans = cv;
+      ctx->chans[ctx->n_chans++] = c;
+    }
+    pthread_mutex_unlock(&ctx->mu);
+  }
+  *out = cs;
+  return 0;
+}
+
+void ezi_chan_leave(chan_sub *cs) {
+  chan *c = cs->ch;
+  pthread_mutex_lock(&c->mu);
+  for (size_t i = 0; i < c->n_subs; i++) {
+    if (c->subs[i] == cs) {
+      c->subs[i] = c->subs[--c->n_subs];
+      break;
+    }
+  }
+  cs->gone = true;
+  pthread_mutex_unlock(&c->mu);
+  /* What it had queued is released now; what it is viewing, when the user releases it. */
+  ezi_sub_purge(cs->sub, cs, ezi_chan_release);
+  pthread_mutex_lock(&c->mu);
+  bool free_now = cs->in_flight == 0;
+  pthread_mutex_unlock(&c->mu);
+  if (free_now) {
+    free(cs->t0);
+    free(cs);
+    chan_unref(c);
+  }
+}

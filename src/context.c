@@ -1,0 +1,261 @@
+/* A process's membership of a graph: the I/O thread, the registries of publishers, subscribers and
+ * channels, the outboxes the I/O thread writes for everyone, and the embedded graph server. */
+#include "context.h"
+#include "graphclient.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* ---- I/O thread and calls onto it ---------------------------------------------------------- */
+
+typedef struct call {
+  void (*fn)(void *);
+  void *arg;
+  bool done;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+} call;
+
+static void run_call(void *arg) {
+  call *c = arg;
+  c->fn(c->arg);
+  pthread_mutex_lock(&c->mu);
+  c->done = true;
+  pthread_cond_signal(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+void ezi_ctx_call(ez_context *ctx, void (*fn)(void *), void *arg) {
+  if (ezi_loop_on_thread(ctx->loop)) {
+    fn(arg);
+    return;
+  }
+  call c = {.fn = fn, .arg = arg};
+  pthread_mutex_init(&c.mu, NULL);
+  pthread_cond_init(&c.cv, NULL);
+  while (ezi_loop_post(ctx->loop, run_call, &c)) usleep(1000); /* ENOMEM: retry */
+  pthread_mutex_lock(&c.mu);
+  while (!c.done) pthread_cond_wait(&c.cv, &c.mu);
+  pthread_mutex_unlock(&c.mu);
+  pthread_mutex_destroy(&c.mu);
+  pthread_cond_destroy(&c.cv);
+}
+
+/* ---- outboxes ------------------------------------------------------------------------------ */
+
+void ezi_outbox_init(ezi_outbox *ob, ezi_watch *w, uint32_t base_events) {
+  memset(ob, 0, sizeof *ob);
+  pthread_mutex_init(&ob->mu, NULL);
+  ob->w = w;
+  ob->base_events = base_events;
+}
+
+bool ezi_outbox_put_locked(ezi_outbox *ob, const void *p, size_t n) {
+  if (ob->dead || ezi_buf_put(&ob->pending, p, n)) return false;
+  if (ob->queued) return false;
+  ob->queued = true;
+  return true;
+}
+
+void ezi_outbox_kick(ez_context *ctx, ezi_outbox *ob) {
+  pthread_mutex_lock(&ctx->dirty_mu);
+  bool was_empty = ctx->dirty == NULL;
+  ob->next_dirty = ctx->dirty;
+  ctx->dirty = ob;
+  pthread_mutex_unlock(&ctx->dirty_mu);
+  if (was_empty) ezi_loop_wake(ctx->loop);
+}
+
+bool ezi_outbox_put(ez_context *ctx, ezi_outbox *ob, const void *p, size_t n) {
+  pthread_mutex_lock(&ob->mu);
+  bool dead = ob->dead;
+  bool kick = ezi_outbox_put_locked(ob, p, n);
+  pthread_mutex_unlock(&ob->mu);
+  if (kick) ezi_outbox_kick(ctx, ob);
+  return !dead;
+}
+
+int ezi_outbox_flush(ezi_outbox *ob) {
+  for (;;) {
+    if (ezi_buf_pending(&ob->io)) {
+      if (ezi_buf_flush(&ob->io, ob->w->fd)) return EZ_ECONNLOST;
+      if (ezi_buf_pending(&ob->io)) { /* socket full: wait for EPOLLOUT */
+        ezi_loop_mod(ob->w, ob->base_events | EPOLLOUT);
+        return 0;
+      }
+    }
+    pthread_mutex_lock(&ob->mu);
+    if (!ezi_buf_pending(&ob->pending)) {
+      ob->queued = false;
+      pthread_mutex_unlock(&ob->mu);
+      ezi_loop_mod(ob->w, ob->base_events);
+      return 0;
+    }
+    ezi_buf t = ob->io; /* swap: take everything appended so far in one go */
+    ob->io = ob->pending;
+    ob->pending = t;
+    ezi_buf_reset(&ob->pending);
+    pthread_mutex_unlock(&ob->mu);
+  }
+}
+
+void ezi_outbox_close(ez_context *ctx, ezi_outbox *ob) {
+  pthread_mutex_lock(&ctx->dirty_mu);
+  for (ezi_outbox **p = &ctx->dirty; *p; p = &(*p)->next_dirty) {
+    if (*p == ob) {
+      *p = ob->next_dirty;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&ctx->dirty_mu);
+  pthread_mutex_lock(&ob->mu);
+  ob->dead = true;
+  ob->queued = true; /* never queue again */
+  ezi_buf_free(&ob->pending);
+  ezi_buf_free(&ob->io);
+  pthread_mutex_unlock(&ob->mu);
+}
+
+/* Wake hook: write every outbox that got bytes since the last turn. A failed socket is noticed by
+ * its owner's read side (EPOLLHUP / EOF), which closes it. */
+static void flush_dirty(void *arg) {
+  ez_context *ctx = arg;
+  pthread_mutex_lock(&ctx->dirty_mu);
+  ezi_outbox *list = ctx->dirty;
+  ctx->dirty = NULL;
+  pthread_mutex_unlock(&ctx->dirty_mu);
+  while (list) {
+    ezi_outbox *ob = list;
+    list = ob->next_dirty;
+    ob->next_dirty = NULL;
+    if (ezi_outbox_flush(ob)) shutdown(ob->w->fd, SHUT_RDWR);
+  }
+}
+
+/* ---- registry ------------------------------------------------------------------------------ */
+
+ez_pub *ezi_ctx_find_pub(ez_context *ctx, const char *id) {
+  for (size_t i = 0; i < ctx->n_pubs; i++)
+    if (!strcmp(ez_pub_id(ctx->pubs[i]), id)) return ctx->pubs[i];
+  return NULL;
+}
+
+chan *ezi_ctx_find_chan(ez_context *ctx, const char *pub_id) {
+  for (size_t i = 0; i < ctx->n_chans; i++)
+    if (!strcmp(ezi_chan_pub_id(ctx->chans[i]), pub_id)) return ctx->chans[i];
+  return NULL;
+}
+
+/* ---- open / close -------------------------------------------------------------------------- */
+
+static void *io_thread(void *arg) {
+  ez_context *ctx = arg;
+  ezi_loop_run(ctx->loop);
+  return NULL;
+}
+
+int ez_context_open(const char *address, ez_context **out) {
+  if (!out) return EZ_EINVAL;
+  ez_context *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return EZ_ENOMEM;
+  ezi_addr_resolve(address, ctx->address);
+  char host[256];
+  uint16_t port;
+  if (ezi_addr_parse(ctx->address, host, &port)) {
+    free(ctx);
+    return EZ_EADDR;
+  }
+  int rc = ez_graph_ping(ctx->address, NULL, 0, 2000);
+  bool may_embed = (!address || !*address) && !getenv(EZ_ADDR_ENV);
+  if (rc == EZ_ENOSERVER && may_embed) {
+    rc = ez_server_start(ctx->address, &ctx->server);
+    if (rc == EZ_EADDR) rc = ez_graph_ping(ctx->address, NULL, 0, 2000); /* lost a race: use it */
+  }
+  if (rc) {
+    free(ctx);
+    return rc;
+  }
+  ctx->pid = (int)getpid();
+  snprintf(ctx->host, sizeof ctx->host, "%.63s", host);
+  pthread_mutex_init(&ctx->mu, NULL);
+  pthread_mutex_init(&ctx->dirty_mu, NULL);
+  rc = ezi_loop_new(&ctx->loop);
+  if (!rc) {
+    ezi_loop_set_wake_hook(ctx->loop, flush_dirty, ctx);
+    if (pthread_create(&ctx->thread, NULL, io_thread, ctx)) rc = EZ_ESYS;
+  }
+  if (rc) {
+    if (ctx->loop) ezi_loop_free(ctx->loop);
+    ez_server_stop(ctx->server);
+    free(ctx);
+    return rc;
+  }
+  *out = ctx;
+  return 0;
+}
+
+const char *ez_context_address(const ez_context *ctx) { return ctx->address; }
+bool ez_context_owns_server(const ez_context *ctx) { return ctx->server != NULL; }
+
+void ez_context_close(ez_context *ctx) {
+  if (!ctx) return;
+  /* Subscribers first (they leave their channels), then publishers. */
+  for (;;) {
+    pthread_mutex_lock(&ctx->mu);
+    ez_sub *s = ctx->n_subs ? ctx->subs[ctx->n_subs - 1] : NULL;
+    pthread_mutex_unlock(&ctx->mu);
+    if (!s) break;
+    ez_sub_destroy(s);
+  }
+  for (;;) {
+    pthread_mutex_lock(&ctx->mu);
+    ez_pub *p = ctx->n_pubs ? ctx->pubs[ctx->n_pubs - 1] : NULL;
+    pthread_mutex_unlock(&ctx->mu);
+    if (!p) break;
+    ez_pub_destroy(p);
+  }
+  ezi_loop_stop(ctx->loop);
+  pthread_join(ctx->thread, NULL);
+  ezi_loop_free(ctx->loop);
+  ez_server_stop(ctx->server);
+  free(ctx->pubs);
+  free(ctx->subs);
+  free(ctx->chans);
+  pthread_mutex_destroy(&ctx->mu);
+  pthread_mutex_destroy(&ctx->dirty_mu);
+  free(ctx);
+}
+
+/* ---- local profile ------------------------------------------------------------------------- */
+
+typedef struct {
+  ez_context *ctx;
+  double window_s;
+  json_t *doc;
+} prof_call;
+
+static void do_profile(void *arg) {
+  prof_call *pc = arg;
+  json_t *pubs = json_array(), *chans = json_array();
+  for (size_t i = 0; i < pc->ctx->n_pubs; i++)
+    json_array_append_new(pubs, ezi_pub_profile(pc->ctx->pubs[i], pc->window_s));
+  for (size_t i = 0; i < pc->ctx->n_chans; i++)
+    json_array_append_new(chans, ezi_chan_profile(pc->ctx->chans[i], pc->window_s));
+  pc->doc = json_object();
+  json_object_set_new(pc->doc, "window_s", json_real(pc->window_s));
+  json_object_set_new(pc->doc, "publishers", pubs);
+  json_object_set_new(pc->doc, "channels", chans);
+}
+
+int ez_context_profile(ez_context *ctx, double window_s, char **json) {
+  if (!ctx || !json) return EZ_EINVAL;
+  prof_call pc = {ctx, ezi_clamp_window(window_s), NULL};
+  ezi_ctx_call(ctx, do_profile, &pc);
+  *json = pc.doc ? json_dumps(pc.doc, JSON_COMPACT) : NULL;
+  json_decref(pc.doc);
+  return *json ? 0 : EZ_ENOMEM;
+}

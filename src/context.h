@@ -1,0 +1,135 @@
+/* The data plane's internal objects and how they share a process.
+ *
+ * Threads: each context runs one I/O thread (its loop). User threads call publish / recv / release
+ * directly; control work (creating and destroying publishers, subscribers and channels, answering
+ * the graph server) runs on the I/O thread, and user-thread API calls that need it wait for it
+ * there (ezi_ctx_call).
+ *
+ * Lock order, outermost first: pub->mu, chan->mu, sub->mu, outbox->mu. No lock is held across a
+ * blocking system call except the outbox's short appends. */
+#ifndef EZI_CONTEXT_H
+#define EZI_CONTEXT_H
+
+#include "internal.h"
+#include "loop.h"
+#include "marshal.h"
+#include "shm.h"
+#include "telemetry.h"
+#include "wire.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+
+typedef struct chan chan;
+typedef struct chan_sub chan_sub;
+typedef struct pub_chan pub_chan;
+
+/* ---- segments: a mapped ezmsg shared-memory layout (or private memory in the same layout) --- */
+typedef struct ezi_seg {
+  int refs;             /* atomic */
+  ezi_shm shm;          /* mapping; shm.name empty for private memory */
+  uint8_t *priv;        /* private memory (when the publisher could not map the server's) */
+  int lease_fd;         /* graph-server lease, -1 if none */
+} ezi_seg;
+
+/* Leases `name` at the graph server and maps it. */
+int ezi_seg_attach(const char *address, const char *name, ezi_seg **out, int timeout_ms);
+/* Asks the graph server for a new segment and maps it. */
+int ezi_seg_create(const char *address, uint64_t num_buffers, uint64_t buf_size, ezi_seg **out,
+                   int timeout_ms);
+/* Private memory in the segment layout, named `name` (when the server's segment can't be mapped). */
+int ezi_seg_private(const char *name, uint64_t num_buffers, uint64_t buf_size, ezi_seg **out);
+static inline uint8_t *ezi_seg_data(const ezi_seg *s, uint64_t i) { return ezi_shm_data(&s->shm, i); }
+static inline uint64_t ezi_seg_room(const ezi_seg *s) { return s->shm.stride - 16; }
+void ezi_seg_ref(ezi_seg *s);
+void ezi_seg_unref(ezi_seg *s);
+
+/* ---- outbox: bytes for one socket, appended by any thread, written by the I/O thread ----------
+ * Appends are cheap (a lock and a memcpy); the first append after a flush asks the loop to write,
+ * so under load many frames go out in one system call, and an idle link adds no delay. */
+typedef struct ezi_outbox {
+  pthread_mutex_t mu;
+  ezi_buf pending;  /* appended, not yet taken by the I/O thread */
+  ezi_buf io;       /* being written by the I/O thread */
+  bool queued;      /* on the context's dirty list */
+  bool dead;        /* socket gone: appends are dropped */
+  ezi_watch *w;     /* the socket's watch (EPOLLOUT is armed through it) */
+  struct ezi_outbox *next_dirty;
+  uint32_t base_events;
+} ezi_outbox;
+
+/* ---- context ------------------------------------------------------------------------------ */
+struct ez_context {
+  char address[300];
+  ez_server *server;
+  ezi_loop *loop;
+  pthread_t thread;
+  pthread_mutex_t mu;    /* registries below */
+  ez_pub **pubs;
+  size_t n_pubs;
+  ez_sub **subs;
+  size_t n_subs;
+  chan **chans;
+  size_t n_chans;
+  pthread_mutex_t dirty_mu;
+  ezi_outbox *dirty;
+  char host[64];         /* this process's address as seen for profiles */
+  int pid;
+};
+
+/* Runs fn(arg) on the context's I/O thread and waits for it. From the I/O thread itself, runs it
+ * directly. */
+void ezi_ctx_call(ez_context *ctx, void (*fn)(void *), void *arg);
+
+void ezi_outbox_init(ezi_outbox *ob, ezi_watch *w, uint32_t base_events);
+/* Appends bytes (any thread). Returns false if the outbox is dead. */
+bool ezi_outbox_put(ez_context *ctx, ezi_outbox *ob, const void *p, size_t n);
+/* Appends under an already-held lock (lock with ezi_outbox_lock); returns true if the caller must
+ * call ezi_outbox_kick after unlocking. */
+bool ezi_outbox_put_locked(ezi_outbox *ob, const void *p, size_t n);
+void ezi_outbox_kick(ez_context *ctx, ezi_outbox *ob);
+/* I/O thread: writes what is pending; EZ_ECONNLOST if the socket failed. */
+int ezi_outbox_flush(ezi_outbox *ob);
+/* I/O thread: marks dead and unlinks from the dirty list; frees the buffers. */
+void ezi_outbox_close(ez_context *ctx, ezi_outbox *ob);
+
+/* Registry lookups (ctx->mu held by the caller or I/O thread only). */
+ez_pub *ezi_ctx_find_pub(ez_context *ctx, const char *id);
+chan *ezi_ctx_find_chan(ez_context *ctx, const char *pub_id);
+
+/* ---- publisher (publisher.c) --------------------------------------------------------------- */
+/* Frees a local channel's lease on buf_idx (msg_id's slot). Any thread; takes pub->mu. */
+void ezi_pub_local_free(ez_pub *pub, uint64_t msg_id);
+/* Attaches / detaches the process's local channel. I/O thread. */
+void ezi_pub_set_local(ez_pub *pub, chan *c);
+uint32_t ezi_pub_num_buffers(const ez_pub *pub);
+/* Profile JSON of a publisher (new reference). */
+json_t *ezi_pub_profile(ez_pub *pub, double window_s);
+
+/* ---- channel (channel.c) ------------------------------------------------------------------- */
+/* Finds or creates the channel for pub_id and adds sub to it. I/O thread. */
+int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **out);
+/* Removes a subscriber from its channel (releasing everything it holds or has queued); the
+ * channel goes away with its last subscriber. I/O thread. */
+void ezi_chan_leave(chan_sub *cs);
+/* A message the local publisher just wrote into its slot. Returns true if any subscriber took it
+ * (the publisher then holds the slot for this channel). Called with pub->mu held. */
+bool ezi_chan_put_local(chan *c, uint64_t msg_id, ezi_seg *seg, const uint8_t *slot, size_t len);
+/* The publisher of a local channel is going away. I/O thread. */
+void ezi_chan_pub_gone(chan *c);
+/* Fills a view of message msg_id for cs (called by recv). EZ_ENOENT if it is gone. */
+int ezi_chan_view(chan_sub *cs, uint64_t msg_id, ez_msg *msg);
+/* Releases msg_id for cs. Any thread. */
+void ezi_chan_release(chan_sub *cs, uint64_t msg_id);
+const char *ezi_chan_pub_id(const chan *c);
+json_t *ezi_chan_profile(chan *c, double window_s);
+
+/* ---- subscriber (subscriber.c) ------------------------------------------------------------- */
+/* Queues a notice for sub (called with chan->mu held). */
+void ezi_sub_push(ez_sub *sub, chan_sub *cs, uint64_t msg_id);
+/* Drops every queued notice of cs, returning their msg ids through fn. */
+void ezi_sub_purge(ez_sub *sub, chan_sub *cs, void (*fn)(chan_sub *, uint64_t));
+const char *ezi_sub_handle(const ez_sub *sub);
+
+#endif

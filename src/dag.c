@@ -1,0 +1,314 @@
+/* The topic graph: nodes in slots found through an open-addressing hash table, out-edges as
+ * arrays of slot indices, in-edges as a count (enough for pruning). Cycle checks and reachability
+ * are a breadth-first search over scratch arrays kept as large as the slot array. */
+#include "dag.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct node {
+  char *name; /* NULL: a free slot */
+  size_t len;
+  uint64_t hash;
+  uint32_t *out; /* targets (slot indices), unordered */
+  uint32_t n_out, cap_out;
+  uint32_t n_in;
+} node;
+
+struct ezi_dag {
+  node *nodes;
+  uint32_t cap;     /* room in nodes, free_slots, queue and seen */
+  uint32_t n_slots; /* slots ever used (live or free) */
+  uint32_t n_live;  /* nodes */
+  uint32_t *free_slots;
+  uint32_t n_free;
+  uint32_t *table; /* slot + 1, 0 = empty; size tcap, a power of two */
+  size_t tcap;
+  uint32_t *queue; /* BFS scratch */
+  uint8_t *seen;   /* all zero between calls */
+  size_t n_edges;
+};
+
+static uint64_t hash_bytes(const char *s, size_t len) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (size_t i = 0; i < len; i++) {
+    h ^= (unsigned char)s[i];
+    h *= 1099511628211ull;
+  }
+  return h ^ (h >> 29);
+}
+
+ezi_dag *ezi_dag_new(void) { return calloc(1, sizeof(ezi_dag)); }
+
+void ezi_dag_free(ezi_dag *d) {
+  if (!d) return;
+  for (uint32_t i = 0; i < d->n_slots; i++) {
+    free(d->nodes[i].name);
+    free(d->nodes[i].out);
+  }
+  free(d->nodes);
+  free(d->free_slots);
+  free(d->table);
+  free(d->queue);
+  free(d->seen);
+  free(d);
+}
+
+/* Table position holding the node named s, or of the empty entry where it would go. */
+static size_t probe(const ezi_dag *d, const char *s, size_t len, uint64_t h) {
+  size_t mask = d->tcap - 1;
+  for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
+    uint32_t e = d->table[i];
+    if (e == 0) return i;
+    const node *nd = &d->nodes[e - 1];
+    if (nd->hash == h && nd->len == len && memcmp(nd->name, s, len) == 0) return i;
+  }
+}
+
+/* Slot of the node named s, or -1. */
+static int64_t find(const ezi_dag *d, const char *s, size_t len, uint64_t h) {
+  if (d->tcap == 0) return -1;
+  uint32_t e = d->table[probe(d, s, len, h)];
+  return e ? (int64_t)e - 1 : -1;
+}
+
+/* Makes room for `extra` more nodes (slots, scratch and table). Growth alone never changes the
+ * graph, so a failure half-way is harmless. */
+static int reserve(ezi_dag *d, uint32_t extra) {
+  if (d->n_live > UINT32_MAX / 4 - extra) return EZ_ENOMEM;
+  uint32_t need = d->n_slots + extra;
+  if (need > d->cap) {
+    uint32_t nc = d->cap ? d->cap : 16;
+    while (nc < need)
+      nc *= 2;
+    node *nn = realloc(d->nodes, (size_t)nc * sizeof(*nn));
+    if (!nn) return EZ_ENOMEM;
+    d->nodes = nn;
+    uint32_t *fs = realloc(d->free_slots, (size_t)nc * sizeof(*fs));
+    if (!fs) return EZ_ENOMEM;
+    d->free_slots = fs;
+    uint32_t *q = realloc(d->queue, (size_t)nc * sizeof(*q));
+    if (!q) return EZ_ENOMEM;
+    d->queue = q;
+    uint8_t *sn = realloc(d->seen, nc);
+    if (!sn) return EZ_ENOMEM;
+    memset(sn + d->cap, 0, nc - d->cap);
+    d->seen = sn;
+    d->cap = nc;
+  }
+  size_t want = 2 * ((size_t)d->n_live + extra);
+  if (want > d->tcap) {
+    size_t tc = d->tcap ? d->tcap : 32;
+    while (tc < want)
+      tc *= 2;
+    uint32_t *old = d->table;
+    size_t oldcap = d->tcap;
+    d->table = calloc(tc, sizeof(uint32_t));
+    if (!d->table) {
+      d->table = old;
+      return EZ_ENOMEM;
+    }
+    d->tcap = tc;
+    for (size_t i = 0; i < oldcap; i++) {
+      if (old[i] == 0) continue;
+      const node *nd = &d->nodes[old[i] - 1];
+      d->table[probe(d, nd->name, nd->len, nd->hash)] = old[i];
+    }
+    free(old);
+  }
+  return 0;
+}
+
+/* Inserts a prepared node (name already allocated) into a slot; room was reserved. */
+static uint32_t insert_node(ezi_dag *d, char *name, size_t len, uint64_t h, uint32_t *out,
+                            uint32_t cap_out) {
+  uint32_t slot = d->n_free ? d->free_slots[--d->n_free] : d->n_slots++;
+  d->nodes[slot] = (node){.name = name, .len = len, .hash = h, .out = out, .cap_out = cap_out};
+  d->table[probe(d, name, len, h)] = slot + 1;
+  d->n_live++;
+  return slot;
+}
+
+/* Removes the node in `slot` (backward-shift deletion keeps probe chains intact). */
+static void delete_node(ezi_dag *d, uint32_t slot) {
+  node *nd = &d->nodes[slot];
+  size_t mask = d->tcap - 1;
+  size_t i = probe(d, nd->name, nd->len, nd->hash);
+  for (size_t j = (i + 1) & mask; d->table[j] != 0; j = (j + 1) & mask) {
+    size_t home = (size_t)d->nodes[d->table[j] - 1].hash & mask;
+    /* Move entry j back to the hole at i unless its home lies cyclically in (i, j]. */
+    bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+    if (stays) continue;
+    d->table[i] = d->table[j];
+    i = j;
+  }
+  d->table[i] = 0;
+  free(nd->name);
+  free(nd->out);
+  *nd = (node){0};
+  d->free_slots[d->n_free++] = slot;
+  d->n_live--;
+}
+
+/* Breadth-first search from slot a for slot b over the scratch arrays. */
+static bool reach(const ezi_dag *d, uint32_t a, uint32_t b) {
+  uint32_t *q = d->queue;
+  uint8_t *seen = d->seen;
+  size_t head = 0, tail = 0;
+  bool found = a == b;
+  q[tail++] = a;
+  seen[a] = 1;
+  while (!found && head < tail) {
+    const node *nd = &d->nodes[q[head++]];
+    for (uint32_t k = 0; k < nd->n_out; k++) {
+      uint32_t t = nd->out[k];
+      if (t == b) {
+        found = true;
+        break;
+      }
+      if (!seen[t]) {
+        seen[t] = 1;
+        q[tail++] = t;
+      }
+    }
+  }
+  for (size_t k = 0; k < tail; k++)
+    seen[q[k]] = 0;
+  return found;
+}
+
+static bool has_edge(const node *nd, uint32_t t) {
+  for (uint32_t k = 0; k < nd->n_out; k++)
+    if (nd->out[k] == t) return true;
+  return false;
+}
+
+int ezi_dag_add_edge(ezi_dag *d, const char *from, const char *to) {
+  if (!d || !from || !to) return EZ_EINVAL;
+  if (strcmp(from, to) == 0) return EZ_ECYCLIC;
+  size_t lf = strlen(from), lt = strlen(to);
+  uint64_t hf = hash_bytes(from, lf), ht = hash_bytes(to, lt);
+  int64_t fi = find(d, from, lf, hf), ti = find(d, to, lt, ht);
+  if (fi >= 0 && ti >= 0) {
+    if (has_edge(&d->nodes[fi], (uint32_t)ti)) return 0;
+    if (reach(d, (uint32_t)ti, (uint32_t)fi)) return EZ_ECYCLIC;
+  }
+  /* Allocate everything first, then commit: on failure nothing has changed. */
+  int rc = reserve(d, (fi < 0) + (ti < 0));
+  if (rc) return rc;
+  char *nf = NULL, *nt = NULL;
+  uint32_t *fout = NULL;
+  uint32_t fcap = 0;
+  if (fi < 0) {
+    nf = malloc(lf + 1);
+    fout = malloc(4 * sizeof(uint32_t));
+    fcap = 4;
+  } else if (d->nodes[fi].n_out == d->nodes[fi].cap_out) {
+    node *nd = &d->nodes[fi];
+    if (nd->cap_out > UINT32_MAX / 2) return EZ_ENOMEM;
+    uint32_t nc = nd->cap_out ? nd->cap_out * 2 : 4;
+    uint32_t *o = realloc(nd->out, (size_t)nc * sizeof(*o));
+    if (!o) return EZ_ENOMEM;
+    nd->out = o;
+    nd->cap_out = nc;
+  }
+  if (ti < 0) nt = malloc(lt + 1);
+  if ((fi < 0 && (!nf || !fout)) || (ti < 0 && !nt)) {
+    free(nf);
+    free(nt);
+    free(fout);
+    return EZ_ENOMEM;
+  }
+  if (fi < 0) fi = insert_node(d, memcpy(nf, from, lf + 1), lf, hf, fout, fcap);
+  if (ti < 0) ti = insert_node(d, memcpy(nt, to, lt + 1), lt, ht, NULL, 0);
+  node *fn = &d->nodes[fi];
+  fn->out[fn->n_out++] = (uint32_t)ti;
+  d->nodes[ti].n_in++;
+  d->n_edges++;
+  return 0;
+}
+
+int ezi_dag_remove_edge(ezi_dag *d, const char *from, const char *to) {
+  if (!d || !from || !to) return EZ_EINVAL;
+  size_t lf = strlen(from), lt = strlen(to);
+  int64_t fi = find(d, from, lf, hash_bytes(from, lf));
+  int64_t ti = find(d, to, lt, hash_bytes(to, lt));
+  if (fi < 0 || ti < 0) return 0;
+  node *fn = &d->nodes[fi];
+  for (uint32_t k = 0; k < fn->n_out; k++) {
+    if (fn->out[k] != (uint32_t)ti) continue;
+    fn->out[k] = fn->out[--fn->n_out];
+    d->nodes[ti].n_in--;
+    d->n_edges--;
+    break;
+  }
+  /* Only the two ends can have lost their last edge (no other node is ever edgeless). */
+  if (fn->n_out == 0 && fn->n_in == 0) delete_node(d, (uint32_t)fi);
+  node *tn = &d->nodes[ti];
+  if (tn->name && tn->n_out == 0 && tn->n_in == 0) delete_node(d, (uint32_t)ti);
+  return 0;
+}
+
+bool ezi_dag_reaches(const ezi_dag *d, const char *a, const char *b) {
+  if (!a || !b) return false;
+  if (strcmp(a, b) == 0) return true;
+  if (!d) return false;
+  size_t la = strlen(a), lb = strlen(b);
+  int64_t ai = find(d, a, la, hash_bytes(a, la));
+  if (ai < 0) return false;
+  int64_t bi = find(d, b, lb, hash_bytes(b, lb));
+  if (bi < 0) return false;
+  return reach(d, (uint32_t)ai, (uint32_t)bi);
+}
+
+size_t ezi_dag_num_nodes(const ezi_dag *d) { return d ? d->n_live : 0; }
+
+static int cmp_node_ptr(const void *x, const void *y) {
+  const node *a = *(const node *const *)x, *b = *(const node *const *)y;
+  size_t n = a->len < b->len ? a->len : b->len;
+  int c = memcmp(a->name, b->name, n);
+  return c ? c : (a->len > b->len) - (a->len < b->len);
+}
+
+static int cmp_u32(const void *x, const void *y) {
+  uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+  return (a > b) - (a < b);
+}
+
+int ezi_dag_export(const ezi_dag *d, ez_graph *out) {
+  *out = (ez_graph){0};
+  if (!d || d->n_live == 0) return 0;
+  size_t n = d->n_live;
+  const node **order = malloc(n * sizeof(*order));
+  uint32_t *rank = malloc((size_t)d->n_slots * sizeof(*rank));
+  ezi_strv *names = malloc(n * sizeof(*names));
+  size_t *off = malloc((n + 1) * sizeof(*off));
+  uint32_t *to = malloc((d->n_edges ? d->n_edges : 1) * sizeof(*to));
+  int rc = EZ_ENOMEM;
+  if (!order || !rank || !names || !off || !to) goto done;
+  size_t k = 0;
+  for (uint32_t i = 0; i < d->n_slots; i++)
+    if (d->nodes[i].name) order[k++] = &d->nodes[i];
+  qsort(order, n, sizeof(*order), cmp_node_ptr);
+  for (size_t i = 0; i < n; i++) {
+    rank[order[i] - d->nodes] = (uint32_t)i;
+    names[i] = (ezi_strv){order[i]->name, order[i]->len};
+  }
+  size_t e = 0;
+  for (size_t i = 0; i < n; i++) {
+    off[i] = e;
+    for (uint32_t j = 0; j < order[i]->n_out; j++)
+      to[e + j] = rank[order[i]->out[j]];
+    qsort(to + e, order[i]->n_out, sizeof(*to), cmp_u32);
+    e += order[i]->n_out;
+  }
+  off[n] = e;
+  rc = ezi_graph_build(out, n, names, off, to);
+done:
+  free(order);
+  free(rank);
+  free(names);
+  free(off);
+  free(to);
+  return rc;
+}

@@ -1,0 +1,237 @@
+/* One-shot requests to a graph server: each opens a connection, reads the version, sends one
+ * command, reads the answer and hangs up. Blocking, with a deadline for the whole exchange. */
+#include "dag.h"
+#include "internal.h"
+#include "graphclient.h"
+#include "wire.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MAX_DAG_BYTES ((uint64_t)256 << 20)
+#define MAX_PROFILE_BYTES ((uint64_t)64 << 20)
+
+static int wait_fd(int fd, short events, uint64_t deadline) {
+  struct pollfd p = {.fd = fd, .events = events};
+  for (;;) {
+    int r = poll(&p, 1, ezi_ms_left(deadline));
+    if (r > 0) return 0;
+    if (r == 0) return EZ_ETIMEDOUT;
+    if (errno != EINTR) return EZ_ESYS;
+  }
+}
+
+int ezi_io_write(int fd, const void *p, size_t n, uint64_t deadline) {
+  const uint8_t *b = p;
+  while (n) {
+    ssize_t w = send(fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      b += w;
+      n -= (size_t)w;
+    } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      int rc = wait_fd(fd, POLLOUT, deadline);
+      if (rc) return rc;
+    } else if (w < 0 && errno == EINTR) {
+      continue;
+    } else {
+      return EZ_ECONNLOST;
+    }
+  }
+  return 0;
+}
+
+int ezi_io_read(int fd, void *p, size_t n, uint64_t deadline) {
+  uint8_t *b = p;
+  while (n) {
+    ssize_t r = recv(fd, b, n, MSG_DONTWAIT);
+    if (r > 0) {
+      b += r;
+      n -= (size_t)r;
+    } else if (r == 0) {
+      return EZ_ECONNLOST;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      int rc = wait_fd(fd, POLLIN, deadline);
+      if (rc) return rc;
+    } else if (errno != EINTR) {
+      return EZ_ECONNLOST;
+    }
+  }
+  return 0;
+}
+
+int ezi_io_read_u64(int fd, uint64_t *v, uint64_t deadline) {
+  uint8_t b[8];
+  int rc = ezi_io_read(fd, b, 8, deadline);
+  if (!rc) *v = ezi_get_u64le(b);
+  return rc;
+}
+
+int ezi_io_read_str(int fd, char **out, size_t *len, uint64_t max, uint64_t deadline) {
+  uint64_t n;
+  int rc = ezi_io_read_u64(fd, &n, deadline);
+  if (rc) return rc;
+  if (n > max) return EZ_EPROTO;
+  char *s = malloc((size_t)n + 1);
+  if (!s) return EZ_ENOMEM;
+  rc = ezi_io_read(fd, s, (size_t)n, deadline);
+  if (rc) {
+    free(s);
+    return rc;
+  }
+  s[n] = 0;
+  *out = s;
+  if (len) *len = (size_t)n;
+  return 0;
+}
+
+int ezi_graph_open(const char *address, uint64_t deadline, char *version, size_t cap) {
+  char addr[300], host[256];
+  uint16_t port;
+  ezi_addr_resolve(address, addr);
+  if (ezi_addr_parse(addr, host, &port)) return EZ_EADDR;
+  int fd = ezi_tcp_connect(host, port, ezi_ms_left(deadline));
+  if (fd < 0) return fd;
+  char *ver = NULL;
+  int rc = ezi_io_read_str(fd, &ver, NULL, 256, deadline);
+  if (rc) {
+    close(fd);
+    return rc == EZ_ECONNLOST ? EZ_ENOSERVER : rc;
+  }
+  if (strcmp(ver, EZ_VERSION) != 0)
+    EZI_WARN("version mismatch: graph server %s, client %s", ver, EZ_VERSION);
+  if (version && cap) snprintf(version, cap, "%s", ver);
+  free(ver);
+  return fd;
+}
+
+int ez_graph_ping(const char *address, char *version, size_t cap, int timeout_ms) {
+  int fd = ezi_graph_open(address, ezi_deadline(timeout_ms), version, cap);
+  if (fd < 0) return fd;
+  close(fd);
+  return 0;
+}
+
+/* Opens a connection and sends one command with up to two strings. */
+static int request(const char *address, uint8_t cmd, const char *a, const char *b,
+                   uint64_t deadline) {
+  if ((a && strlen(a) > EZ_MAX_CONTROL_STR) || (b && strlen(b) > EZ_MAX_CONTROL_STR))
+    return EZ_EMSGSIZE;
+  int fd = ezi_graph_open(address, deadline, NULL, 0);
+  if (fd < 0) return fd;
+  ezi_buf out = {0};
+  ezi_buf_put_u8(&out, cmd);
+  if (a) ezi_buf_put_cstr(&out, a);
+  if (b) ezi_buf_put_cstr(&out, b);
+  int rc = out.data ? ezi_io_write(fd, out.data, out.len, deadline) : EZ_ENOMEM;
+  ezi_buf_free(&out);
+  if (rc) {
+    close(fd);
+    return rc;
+  }
+  return fd;
+}
+
+static int expect_byte(int fd, uint8_t *got, uint64_t deadline) {
+  int rc = ezi_io_read(fd, got, 1, deadline);
+  return rc;
+}
+
+static int edge(const char *address, uint8_t cmd, const char *from, const char *to, int tmo) {
+  if (!from || !to) return EZ_EINVAL;
+  uint64_t deadline = ezi_deadline(tmo);
+  int fd = request(address, cmd, from, to, deadline);
+  if (fd < 0) return fd;
+  uint8_t r;
+  int rc = expect_byte(fd, &r, deadline);
+  close(fd);
+  if (rc) return rc;
+  if (r == EZI_CYCLIC) return EZ_ECYCLIC;
+  return r == EZI_COMPLETE ? 0 : EZ_EPROTO;
+}
+
+int ez_graph_connect(const char *address, const char *from, const char *to, int timeout_ms) {
+  return edge(address, EZI_CONNECT, from, to, timeout_ms);
+}
+
+int ez_graph_disconnect(const char *address, const char *from, const char *to, int timeout_ms) {
+  return edge(address, EZI_DISCONNECT, from, to, timeout_ms);
+}
+
+int ez_graph_sync(const char *address, int timeout_ms) {
+  uint64_t deadline = ezi_deadline(timeout_ms);
+  int fd = request(address, EZI_SYNC, NULL, NULL, deadline);
+  if (fd < 0) return fd;
+  uint8_t r;
+  int rc = expect_byte(fd, &r, deadline);
+  close(fd);
+  return rc ? rc : r == EZI_COMPLETE ? 0 : EZ_EPROTO;
+}
+
+/* Sends a command that has no answer; waits for the server to hang up so it surely acted. */
+static int fire(const char *address, uint8_t cmd, int timeout_ms) {
+  uint64_t deadline = ezi_deadline(timeout_ms);
+  int fd = request(address, cmd, NULL, NULL, deadline);
+  if (fd < 0) return fd;
+  uint8_t r;
+  int rc = ezi_io_read(fd, &r, 1, deadline);
+  close(fd);
+  return rc == EZ_ECONNLOST ? 0 : rc ? rc : EZ_EPROTO;
+}
+
+int ez_graph_pause(const char *address, int timeout_ms) { return fire(address, EZI_PAUSE, timeout_ms); }
+int ez_graph_resume(const char *address, int timeout_ms) { return fire(address, EZI_RESUME, timeout_ms); }
+int ez_graph_shutdown(const char *address, int timeout_ms) {
+  return fire(address, EZI_SHUTDOWN, timeout_ms);
+}
+
+int ez_graph_dag(const char *address, ez_graph *out, int timeout_ms) {
+  if (!out) return EZ_EINVAL;
+  *out = (ez_graph){0};
+  uint64_t deadline = ezi_deadline(timeout_ms);
+  int fd = request(address, EZI_DAG, NULL, NULL, deadline);
+  if (fd < 0) return fd;
+  uint8_t r = 0, done = 0;
+  uint64_t n = 0;
+  uint8_t *pk = NULL;
+  int rc = expect_byte(fd, &r, deadline);
+  if (!rc && r != EZI_DAG) rc = EZ_EPROTO;
+  if (!rc) rc = ezi_io_read_u64(fd, &n, deadline);
+  if (!rc && n > MAX_DAG_BYTES) rc = EZ_EPROTO;
+  if (!rc && !(pk = malloc(n ? (size_t)n : 1))) rc = EZ_ENOMEM;
+  if (!rc) rc = ezi_io_read(fd, pk, (size_t)n, deadline);
+  if (!rc) rc = expect_byte(fd, &done, deadline);
+  if (!rc && done != EZI_COMPLETE) rc = EZ_EPROTO;
+  close(fd);
+  if (!rc) rc = ezi_dag_unpickle(pk, (size_t)n, out);
+  free(pk);
+  return rc;
+}
+
+int ez_profile(const char *address, double window_s, char **json, int timeout_ms) {
+  if (!json) return EZ_EINVAL;
+  *json = NULL;
+  if (!(window_s >= 0)) window_s = 0; /* also NaN */
+  if (window_s > EZ_PROFILE_MAX_WINDOW_S) window_s = EZ_PROFILE_MAX_WINDOW_S;
+  uint64_t deadline = ezi_deadline(timeout_ms);
+  int fd = request(address, EZI_PROFILE, NULL, NULL, deadline);
+  if (fd < 0) return fd;
+  uint8_t ms[8], r = 0, done = 0;
+  ezi_put_u64le(ms, (uint64_t)(window_s * 1000.0 + 0.5));
+  int rc = ezi_io_write(fd, ms, 8, deadline);
+  if (!rc) rc = expect_byte(fd, &r, deadline);
+  if (!rc && r != EZI_PROFILE_DATA) rc = EZ_EPROTO;
+  if (!rc) rc = ezi_io_read_str(fd, json, NULL, MAX_PROFILE_BYTES, deadline);
+  if (!rc) rc = expect_byte(fd, &done, deadline);
+  if (!rc && done != EZI_COMPLETE) rc = EZ_EPROTO;
+  close(fd);
+  if (rc) {
+    free(*json);
+    *json = NULL;
+  }
+  return rc;
+}

@@ -1,0 +1,55 @@
+/* Internal helpers shared by every source file: logging, time, small utilities. Not installed. */
+#ifndef EZI_INTERNAL_H
+#define EZI_INTERNAL_H
+
+#include "ezmsg/ezmsg.h"
+
+#include <stdint.h>
+#include <time.h>
+
+#if defined(__GNUC__)
+#define EZI_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define EZI_LIKELY(x) __builtin_expect(!!(x), 1)
+#define EZI_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define EZI_PRINTF(a, b)
+#define EZI_LIKELY(x) (x)
+#define EZI_UNLIKELY(x) (x)
+#endif
+
+/* Logs one line through the application's hook (see ez_set_log_hook). Any thread. */
+void ezi_log(int level, const char *fmt, ...) EZI_PRINTF(2, 3);
+#define EZI_DEBUG(...) ezi_log(EZ_LOG_DEBUG, __VA_ARGS__)
+#define EZI_INFO(...) ezi_log(EZ_LOG_INFO, __VA_ARGS__)
+#define EZI_WARN(...) ezi_log(EZ_LOG_WARN, __VA_ARGS__)
+#define EZI_ERROR(...) ezi_log(EZ_LOG_ERROR, __VA_ARGS__)
+/* True if a message at `level` would be emitted (to skip building expensive log lines). */
+int ezi_log_enabled(int level);
+
+/* Monotonic clock in nanoseconds. */
+static inline uint64_t ezi_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Deadline helpers: a negative timeout means "never". */
+static inline uint64_t ezi_deadline(int timeout_ms) {
+  return timeout_ms < 0 ? UINT64_MAX : ezi_now_ns() + (uint64_t)timeout_ms * 1000000u;
+}
+/* Milliseconds left until `deadline` (rounded up), -1 for never, 0 if passed. */
+int ezi_ms_left(uint64_t deadline);
+
+/* Generates a version-1 style (time-based) UUID string, 36 chars + NUL, as the reference does. */
+void ezi_uuid(char out[37]);
+
+/* Condition variables on the monotonic clock: init, and wait until `deadline` (ezi_deadline).
+ * Returns 0 when signalled (or spuriously), EZ_ETIMEDOUT once the deadline has passed. */
+#include <pthread.h>
+void ezi_cond_init(pthread_cond_t *cv);
+int ezi_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline);
+
+/* strdup that returns NULL on NULL. */
+char *ezi_strdup(const char *s);
+
+#endif

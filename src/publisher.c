@@ -1,0 +1,437 @@
+/* Publishers: creation through the graph server, publish into a ring of slots of a shared-memory
+ * segment, backpressure, segment growth. The I/O-thread half lives in pubserve.c. */
+#include "publisher.h"
+#include "graphclient.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void ez_pub_opts_init(ez_pub_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->num_buffers = 32;
+  o->buf_size = 65536;
+  o->host = "127.0.0.1";
+}
+
+const char *ez_pub_id(const ez_pub *p) { return p->id; }
+const char *ez_pub_topic(const ez_pub *p) { return p->topic; }
+uint32_t ezi_pub_num_buffers(const ez_pub *p) { return p->nbuf; }
+
+/* Ready channels, the local one included. p->mu held. */
+static size_t count_channels(const ez_pub *p) {
+  size_t n = p->local != NULL;
+  for (size_t i = 0; i < p->n_chans; i++) n += p->chans[i]->state == PC_READY;
+  return n;
+}
+
+size_t ez_pub_num_channels(ez_pub *p) {
+  pthread_mutex_lock(&p->mu);
+  size_t n = count_channels(p);
+  pthread_mutex_unlock(&p->mu);
+  return n;
+}
+
+void ezi_pub_set_local(ez_pub *p, chan *c) {
+  pthread_mutex_lock(&p->mu);
+  if (!c) { /* the local channel leaves: free what it held */
+    uint64_t now = ezi_now_ns();
+    for (uint32_t i = 0; i < p->nbuf; i++)
+      if (p->local_t0[i]) ezi_pub_free_locked(p, NULL, p->slot_msg[i], now);
+  }
+  p->local = c;
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* ---- creation ------------------------------------------------------------------------------ */
+
+static int listen_socket(const ez_pub_opts *o, int *fd_out) {
+  const char *host = o->host ? o->host : "127.0.0.1";
+  if (o->port) {
+    int fd = ezi_tcp_listen(host, o->port, 128);
+    if (fd < 0) return fd;
+    *fd_out = fd;
+    return 0;
+  }
+  const char *e = getenv(EZ_PUB_PORT_ENV);
+  long start = e ? strtol(e, NULL, 10) : EZ_PUB_PORT_DEFAULT;
+  if (start <= 0 || start > 65535) start = EZ_PUB_PORT_DEFAULT;
+  for (long p = start; p <= 65535; p++) {
+    int fd = ezi_tcp_listen(host, (uint16_t)p, 128);
+    if (fd >= 0) {
+      *fd_out = fd;
+      return 0;
+    }
+  }
+  int fd = ezi_tcp_listen(host, 0, 128); /* every port above start taken: any free one */
+  if (fd < 0) return fd;
+  *fd_out = fd;
+  return 0;
+}
+
+static void pub_free(ez_pub *p) {
+  free(p->topic);
+  free(p->leases);
+  free(p->slot_msg);
+  free(p->local_t0);
+  free(p->chans);
+  ezi_seg_unref(p->seg);
+  pthread_mutex_destroy(&p->mu);
+  pthread_cond_destroy(&p->cv);
+  free(p);
+}
+
+static void add_to_ctx(void *arg) {
+  ez_pub *p = arg;
+  ez_context *ctx = p->ctx;
+  pthread_mutex_lock(&ctx->mu);
+  ez_pub **v = realloc(ctx->pubs, (ctx->n_pubs + 1) * sizeof *v);
+  if (v) {
+    ctx->pubs = v;
+    ctx->pubs[ctx->n_pubs++] = p;
+  }
+  pthread_mutex_unlock(&ctx->mu);
+}
+
+typedef struct {
+  ez_pub *pub;
+  int graph_fd, listen_fd, rc;
+} serve_call;
+
+static void start_serving(void *arg) {
+  serve_call *sc = arg;
+  sc->rc = ezi_pub_serve_start(sc->pub, sc->graph_fd, sc->listen_fd);
+  if (!sc->rc) add_to_ctx(sc->pub);
+}
+
+int ez_pub_create(ez_context *ctx, const char *topic, const ez_pub_opts *opts, ez_pub **out) {
+  if (!ctx || !topic || !out || strlen(topic) > EZ_MAX_CONTROL_STR) return EZ_EINVAL;
+  ez_pub_opts o;
+  if (opts) o = *opts;
+  else ez_pub_opts_init(&o);
+  if (o.num_buffers < 1 || o.num_buffers > EZI_SHM_MAX_BUFFERS || o.buf_size < 1 ||
+      o.buf_size > EZI_SHM_MAX_BUF_SIZE)
+    return EZ_EINVAL;
+  ez_pub *p = calloc(1, sizeof *p);
+  if (!p) return EZ_ENOMEM;
+  p->ctx = ctx;
+  p->opts = o;
+  p->opts.host = NULL; /* not kept: the caller owns the string */
+  p->nbuf = o.num_buffers;
+  p->running = !o.start_paused;
+  pthread_mutex_init(&p->mu, NULL);
+  ezi_cond_init(&p->cv);
+  ezi_window_init(&p->tel_msgs);
+  ezi_window_init(&p->tel_bp);
+  p->topic = strdup(topic);
+  p->leases = calloc(p->nbuf, sizeof *p->leases);
+  p->slot_msg = calloc(p->nbuf, sizeof *p->slot_msg);
+  p->local_t0 = calloc(p->nbuf, sizeof *p->local_t0);
+  if (!p->topic || !p->leases || !p->slot_msg || !p->local_t0) {
+    pub_free(p);
+    return EZ_ENOMEM;
+  }
+
+  /* The segment: the server's, mapped here; if it cannot be mapped (server on another host),
+   * private memory in the same layout and TCP for everyone. */
+  uint64_t deadline = ezi_deadline(EZ_DEFAULT_TIMEOUT_MS);
+  int rc = ezi_seg_create(ctx->address, p->nbuf, o.buf_size, &p->seg, ezi_ms_left(deadline));
+  if (rc == 0) {
+    p->shm_real = true;
+  } else if (rc == EZ_ENOENT || rc == EZ_ESYS || rc == EZ_EPROTO) {
+    EZI_INFO("publisher %s: cannot map the server's segment (%s); using TCP", topic, ez_strerror(rc));
+    rc = ezi_seg_private("", p->nbuf, o.buf_size, &p->seg);
+  }
+  if (rc) {
+    pub_free(p);
+    return rc;
+  }
+
+  int lfd = -1;
+  rc = listen_socket(&o, &lfd);
+  if (rc) {
+    pub_free(p);
+    return rc;
+  }
+  p->port = ezi_sock_port(lfd);
+
+  int gfd = ezi_graph_open(ctx->address, deadline, NULL, 0);
+  if (gfd < 0) {
+    close(lfd);
+    pub_free(p);
+    return gfd;
+  }
+  ezi_buf b = {0};
+  ezi_buf_put_u8(&b, EZI_PUBLISH);
+  ezi_buf_put_cstr(&b, topic);
+  rc = b.data ? ezi_io_write(gfd, b.data, b.len, deadline) : EZ_ENOMEM;
+  ezi_buf_free(&b);
+  char *id = NULL;
+  size_t idlen = 0;
+  if (!rc) rc = ezi_io_read_str(gfd, &id, &idlen, 64, deadline);
+  if (!rc && !ezi_is_uuid(id, idlen)) rc = EZ_EPROTO;
+  if (!rc) memcpy(p->id, id, 37);
+  free(id);
+  if (rc) {
+    close(gfd);
+    close(lfd);
+    pub_free(p);
+    return rc;
+  }
+
+  /* Serve channels before announcing the address: subscribers in this very process may connect
+   * while the server waits for their UPDATE answers. */
+  serve_call sc = {p, gfd, lfd, 0};
+  ezi_ctx_call(ctx, start_serving, &sc);
+  if (sc.rc) {
+    close(gfd);
+    close(lfd);
+    pub_free(p);
+    return sc.rc;
+  }
+  char addr[300];
+  snprintf(addr, sizeof addr, "%s:%u", o.host ? o.host : "127.0.0.1", p->port);
+  /* The graph link now belongs to the I/O thread: send through its outbox and let it read the
+   * COMPLETE (it wakes us through `registered`). */
+  ezi_buf_put_cstr(&b, addr);
+  ezi_outbox_put(ctx, &p->gout, b.data, b.len);
+  ezi_buf_free(&b);
+  pthread_mutex_lock(&p->mu);
+  while (!p->registered && !p->graph_lost)
+    if (ezi_cond_wait(&p->cv, &p->mu, deadline) == EZ_ETIMEDOUT) break;
+  bool ok = p->registered;
+  pthread_mutex_unlock(&p->mu);
+  if (!ok) {
+    ez_pub_destroy(p);
+    return EZ_ETIMEDOUT;
+  }
+  *out = p;
+  return 0;
+}
+
+/* ---- destruction --------------------------------------------------------------------------- */
+
+static void remove_on_loop(void *arg) {
+  ez_pub *p = arg;
+  ez_context *ctx = p->ctx;
+  pthread_mutex_lock(&ctx->mu);
+  for (size_t i = 0; i < ctx->n_pubs; i++) {
+    if (ctx->pubs[i] == p) {
+      ctx->pubs[i] = ctx->pubs[--ctx->n_pubs];
+      break;
+    }
+  }
+  pthread_mutex_unlock(&ctx->mu);
+  ezi_pub_serve_stop(p);
+}
+
+void ez_pub_destroy(ez_pub *p) {
+  if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  p->closing = true;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  ezi_ctx_call(p->ctx, remove_on_loop, p);
+  pub_free(p);
+}
+
+/* ---- backpressure -------------------------------------------------------------------------- */
+
+void ezi_pub_check_sync(ez_pub *p) {
+  if (!p->sync_pending) return;
+  for (uint32_t i = 0; i < p->nbuf; i++)
+    if (p->leases[i]) return;
+  p->sync_pending = false;
+  uint8_t c = EZI_COMPLETE;
+  ezi_outbox_put(p->ctx, &p->gout, &c, 1);
+}
+
+void ezi_pub_free_locked(ez_pub *p, pub_chan *pc, uint64_t msg_id, uint64_t now) {
+  uint32_t idx = (uint32_t)(msg_id % p->nbuf);
+  uint64_t *t0 = pc ? &pc->t0[idx] : &p->local_t0[idx];
+  if (!*t0 || p->slot_msg[idx] != msg_id) return; /* stale or duplicate ack */
+  ezi_window_add(&p->tel_bp, now, now - *t0);
+  *t0 = 0;
+  p->in_flight--;
+  if (--p->leases[idx] == 0) {
+    if (p->waiters) pthread_cond_broadcast(&p->cv);
+    ezi_pub_check_sync(p);
+  }
+}
+
+void ezi_pub_local_free(ez_pub *p, uint64_t msg_id) {
+  pthread_mutex_lock(&p->mu);
+  ezi_pub_free_locked(p, NULL, msg_id, ezi_now_ns());
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* Waits (p->mu held) until the next slot is free and the publisher runs. */
+static int wait_slot(ez_pub *p, uint64_t deadline) {
+  uint32_t idx = (uint32_t)(p->next_id % p->nbuf);
+  while (!p->closing && (!p->running || p->leases[idx])) {
+    p->waiters++;
+    int rc = ezi_cond_wait(&p->cv, &p->mu, deadline);
+    p->waiters--;
+    if (rc) return rc;
+  }
+  return p->closing ? EZ_ECLOSED : 0;
+}
+
+/* Replaces the segment by one whose slots hold `need` bytes, copying the held slots over (Python
+ * channels re-read their cached messages from the new segment). p->mu held; dropped meanwhile. */
+static int grow(ez_pub *p, uint64_t need) {
+  uint64_t size = need * 2;
+  ezi_seg *ns = NULL;
+  bool real = false;
+  pthread_mutex_unlock(&p->mu);
+  int rc = EZ_ENOENT;
+  if (p->shm_real) rc = ezi_seg_create(p->ctx->address, p->nbuf, size, &ns, EZ_DEFAULT_TIMEOUT_MS);
+  if (rc == 0) real = true;
+  else rc = ezi_seg_private(p->seg->shm.name, p->nbuf, size, &ns);
+  pthread_mutex_lock(&p->mu);
+  if (rc) return rc;
+  uint64_t room = ezi_seg_room(p->seg);
+  for (uint32_t i = 0; i < p->nbuf; i++)
+    if (p->leases[i]) memcpy(ezi_seg_data(ns, i), ezi_seg_data(p->seg, i), room);
+  ezi_seg *old = p->seg;
+  p->seg = ns;
+  if (!real && p->shm_real) EZI_WARN("publisher %s: segment grow failed at the server; using TCP", p->topic);
+  p->shm_real = real;
+  ezi_seg_unref(old); /* messages still viewed hold their own reference */
+  return 0;
+}
+
+/* Sends the message now in slot idx (p->mu held). */
+static void send_slot(ez_pub *p, size_t len) {
+  uint64_t id = p->next_id, now = ezi_now_ns();
+  uint32_t idx = (uint32_t)(id % p->nbuf);
+  uint8_t *slot = ezi_seg_data(p->seg, idx);
+  size_t total = EZI_MARSHAL_BYTES_HDR + len;
+  ezi_marshal_bytes_header(slot, id, len);
+  p->slot_msg[idx] = id;
+  if (p->local && ezi_chan_put_local(p->local, id, p->seg, slot, total)) {
+    p->local_t0[idx] = now;
+    p->leases[idx]++;
+    p->in_flight++;
+  }
+  uint8_t hdr[1 + 8 + 8 + 8 + EZI_SHM_NAME_MAX];
+  for (size_t i = 0; i < p->n_chans; i++) {
+    pub_chan *pc = p->chans[i];
+    if (pc->state != PC_READY) continue;
+    bool shm = p->shm_real && pc->shm_ok && !p->opts.force_tcp;
+    size_t hl;
+    hdr[0] = shm ? EZI_TX_SHM : EZI_TX_TCP;
+    ezi_put_u64le(hdr + 1, id);
+    if (shm) {
+      size_t nl = strlen(p->seg->shm.name);
+      ezi_put_u64le(hdr + 9, nl);
+      memcpy(hdr + 17, p->seg->shm.name, nl);
+      hl = 17 + nl;
+    } else {
+      ezi_put_u64le(hdr + 9, total);
+      hl = 17;
+    }
+    pthread_mutex_lock(&pc->out.mu);
+    bool kick = ezi_outbox_put_locked(&pc->out, hdr, hl);
+    if (!shm && !pc->out.dead) kick |= ezi_outbox_put_locked(&pc->out, slot, total);
+    bool dead = pc->out.dead;
+    pthread_mutex_unlock(&pc->out.mu);
+    if (kick) ezi_outbox_kick(p->ctx, &pc->out);
+    if (dead) continue;
+    pc->t0[idx] = now;
+    p->leases[idx]++;
+    p->in_flight++;
+  }
+  ezi_window_add(&p->tel_msgs, now, len);
+  p->total_msgs++;
+  p->total_bytes += len;
+  p->next_id++;
+}
+
+/* Takes the next slot with room for len payload bytes (p->mu held on success). */
+static int take_slot(ez_pub *p, size_t len, int timeout_ms) {
+  if (p->loaned) return EZ_EINVAL;
+  uint64_t deadline = ezi_deadline(timeout_ms);
+  pthread_mutex_lock(&p->mu);
+  int rc = wait_slot(p, deadline);
+  /* Python's reader wants the message strictly smaller than the data block. */
+  if (!rc && (uint64_t)len + EZI_MARSHAL_BYTES_HDR >= ezi_seg_room(p->seg))
+    rc = grow(p, (uint64_t)len + EZI_MARSHAL_BYTES_HDR + 1);
+  if (!rc) rc = wait_slot(p, deadline); /* grow dropped the lock */
+  if (rc) pthread_mutex_unlock(&p->mu);
+  return rc;
+}
+
+int ez_publish(ez_pub *p, const void *data, size_t len, int timeout_ms) {
+  if (!p || (!data && len)) return EZ_EINVAL;
+  int rc = take_slot(p, len, timeout_ms);
+  if (rc) return rc;
+  uint8_t *slot = ezi_seg_data(p->seg, p->next_id % p->nbuf);
+  if (len) memcpy(slot + EZI_MARSHAL_BYTES_HDR, data, len);
+  send_slot(p, len);
+  pthread_mutex_unlock(&p->mu);
+  return 0;
+}
+
+int ez_pub_loan(ez_pub *p, size_t len, void **buf, int timeout_ms) {
+  if (!p || !buf) return EZ_EINVAL;
+  int rc = take_slot(p, len, timeout_ms);
+  if (rc) return rc;
+  *buf = ezi_seg_data(p->seg, p->next_id % p->nbuf) + EZI_MARSHAL_BYTES_HDR;
+  p->loaned = true;
+  p->loan_len = len;
+  pthread_mutex_unlock(&p->mu);
+  return 0;
+}
+
+int ez_pub_commit(ez_pub *p, size_t len) {
+  if (!p || !p->loaned || len > p->loan_len) return EZ_EINVAL;
+  pthread_mutex_lock(&p->mu);
+  p->loaned = false;
+  if (p->closing) {
+    pthread_mutex_unlock(&p->mu);
+    return EZ_ECLOSED;
+  }
+  send_slot(p, len);
+  pthread_mutex_unlock(&p->mu);
+  return 0;
+}
+
+void ez_pub_cancel(ez_pub *p) {
+  if (p) p->loaned = false;
+}
+
+int ez_pub_flush(ez_pub *p, int timeout_ms) {
+  if (!p) return EZ_EINVAL;
+  uint64_t deadline = ezi_deadline(timeout_ms);
+  pthread_mutex_lock(&p->mu);
+  int rc = 0;
+  while (!rc && p->in_flight && !p->closing) {
+    p->waiters++;
+    rc = ezi_cond_wait(&p->cv, &p->mu, deadline);
+    p->waiters--;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return rc;
+}
+
+/* ---- profile ------------------------------------------------------------------------------- */
+
+json_t *ezi_pub_profile(ez_pub *p, double window_s) {
+  uint64_t now = ezi_now_ns();
+  pthread_mutex_lock(&p->mu);
+  json_t *j = ezi_pub_tel_json(&p->tel_msgs, &p->tel_bp, p->total_msgs, p->total_bytes,
+                               p->in_flight, now, window_s);
+  size_t nch = count_channels(p);
+  pthread_mutex_unlock(&p->mu);
+  if (!j) return NULL;
+  json_object_set_new(j, "type", json_string("publisher"));
+  json_object_set_new(j, "id", json_string(p->id));
+  json_object_set_new(j, "topic", json_string(p->topic));
+  json_object_set_new(j, "pid", json_integer(p->ctx->pid));
+  json_object_set_new(j, "num_buffers", json_integer(p->nbuf));
+  json_object_set_new(j, "host", json_string(p->ctx->host));
+  json_object_set_new(j, "num_channels", json_integer((json_int_t)nch));
+  return j;
+}

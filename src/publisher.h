@@ -1,0 +1,66 @@
+/* The publisher's private state, shared by publisher.c (creation, publish, backpressure) and
+ * pubserve.c (its channel server and graph link, on the I/O thread). */
+#ifndef EZI_PUBLISHER_H
+#define EZI_PUBLISHER_H
+
+#include "context.h"
+
+enum { PC_HANDSHAKE, PC_AWAIT_SHM, PC_READY };
+
+struct pub_chan {
+  ez_pub *pub;
+  ezi_watch w;
+  ezi_buf in;
+  ezi_outbox out;
+  int state;
+  char id[37];
+  uint64_t pid;
+  bool shm_ok;
+  uint64_t *t0; /* lease start per slot (0: not held) */
+};
+
+struct ez_pub {
+  ez_context *ctx;
+  char id[37];
+  char *topic;
+  ez_pub_opts opts;
+  uint32_t nbuf;
+
+  /* graph link (I/O thread) */
+  ezi_watch gw;
+  ezi_buf gin;
+  ezi_outbox gout;
+  bool graph_lost; /* pub->mu */
+  bool registered; /* pub->mu: the server's COMPLETE to PUBLISH arrived */
+
+  /* channel server (I/O thread) */
+  ezi_watch lw;
+  uint16_t port;
+
+  pthread_mutex_t mu; /* everything below */
+  pthread_cond_t cv;
+  int waiters;
+  ezi_seg *seg;
+  bool shm_real;        /* seg is the server's segment, mapped here too */
+  uint64_t next_id;
+  uint32_t *leases;     /* holders per slot */
+  uint64_t *slot_msg;   /* msg id currently in each slot */
+  bool running, sync_pending, closing, loaned;
+  size_t loan_len;
+  pub_chan **chans;
+  size_t n_chans;
+  chan *local;
+  uint64_t *local_t0;
+  ezi_window tel_msgs, tel_bp;
+  uint64_t total_msgs, total_bytes, in_flight;
+};
+
+/* pubserve.c */
+int ezi_pub_serve_start(ez_pub *pub, int graph_fd, int listen_fd);
+void ezi_pub_serve_stop(ez_pub *pub);
+/* Frees the lease of `pc` (or of the local channel if pc is NULL) on msg_id. pub->mu held. */
+void ezi_pub_free_locked(ez_pub *pub, pub_chan *pc, uint64_t msg_id, uint64_t now);
+/* Sends COMPLETE for a pending SYNC once every slot is free. pub->mu held. */
+void ezi_pub_check_sync(ez_pub *pub);
+
+#endif

@@ -1,0 +1,205 @@
+/* POSIX shared-memory segments in the ezmsg layout (see shm.h). */
+#include "shm.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static uint64_t get_le64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--)
+    v = (v << 8) | p[i];
+  return v;
+}
+static void put_le64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Largest value an off_t holds. */
+#define EZI_OFF_MAX (sizeof(off_t) >= 8 ? (uint64_t)INT64_MAX : (uint64_t)INT32_MAX)
+
+static bool valid_name(const char *name) {
+  if (!name) return false;
+  size_t n = strnlen(name, EZI_SHM_NAME_MAX + 1);
+  if (n == 0 || n > EZI_SHM_NAME_MAX) return false;
+  if (!strcmp(name, ".") || !strcmp(name, "..")) return false;
+  for (size_t i = 0; i < n; i++) {
+    char c = name[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '.' || c == '-'))
+      return false;
+  }
+  return true;
+}
+
+/* "/" + name, for shm_open / shm_unlink. */
+static void shm_path(char out[EZI_SHM_NAME_MAX + 2], const char *name) {
+  out[0] = '/';
+  memcpy(out + 1, name, strlen(name) + 1);
+}
+
+/* 32 random bits: getrandom, else a mix of time, pid and a counter (names only need to differ). */
+static uint32_t random32(void) {
+  uint32_t r;
+  if (getrandom(&r, sizeof r, GRND_NONBLOCK) == (ssize_t)sizeof r) return r;
+  static uint32_t counter;
+  uint64_t x =
+      ezi_now_ns() ^ ((uint64_t)getpid() << 32) ^
+      ((uint64_t)__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) * 0x9E3779B97F4A7C15ull);
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  return (uint32_t)x;
+}
+
+static int sys_err(int e) {
+  return (e == ENOMEM || e == ENOSPC || e == EFBIG) ? EZ_ENOMEM : EZ_ESYS;
+}
+
+int ezi_shm_create(uint64_t num_buffers, uint64_t buf_size, ezi_shm *out) {
+  if (!out) return EZ_EINVAL;
+  memset(out, 0, sizeof *out);
+  if (num_buffers < 1 || num_buffers > EZI_SHM_MAX_BUFFERS || buf_size < 1 ||
+      buf_size > EZI_SHM_MAX_BUF_SIZE)
+    return EZ_EINVAL;
+  uint64_t stride = buf_size + 16 * num_buffers; /* <= 2^40 + 2^20: no overflow */
+  if (num_buffers > UINT64_MAX / stride) return EZ_EINVAL;
+  uint64_t total = num_buffers * stride;
+  if (total > SIZE_MAX || total > EZI_OFF_MAX) return EZ_EINVAL;
+
+  char name[EZI_SHM_NAME_MAX + 1], path[EZI_SHM_NAME_MAX + 2];
+  int fd = -1;
+  for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
+    snprintf(name, sizeof name, "psm_%08x", (unsigned)random32());
+    shm_path(path, name);
+    fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 && errno != EEXIST && errno != EINTR) {
+      int e = errno;
+      EZI_WARN("shm_open(%s) failed: %s", path, strerror(e));
+      return sys_err(e);
+    }
+  }
+  if (fd < 0) {
+    EZI_WARN("shm_open: no free segment name after 100 attempts");
+    return EZ_ESYS;
+  }
+
+  int rc = 0, e = 0;
+  const char *what = NULL;
+  uint8_t *base = MAP_FAILED;
+  while (ftruncate(fd, (off_t)total) != 0) {
+    if (errno == EINTR) continue;
+    e = errno, what = "ftruncate";
+    goto fail;
+  }
+  /* Reserve the pages now: a full /dev/shm is an error here rather than SIGBUS on a later write. */
+  while ((e = posix_fallocate(fd, 0, (off_t)total)) != 0) {
+    if (e == EINTR) continue;
+    if (e == EOPNOTSUPP || e == EINVAL) { /* a file system without fallocate: go on sparse */
+      e = 0;
+      break;
+    }
+    what = "posix_fallocate";
+    goto fail;
+  }
+  base = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    e = errno, what = "mmap";
+    goto fail;
+  }
+  close(fd);
+  put_le64(base, num_buffers);
+  put_le64(base + 8, stride);
+  memcpy(out->name, name, sizeof name);
+  out->base = base;
+  out->size = (size_t)total;
+  out->num_buffers = num_buffers;
+  out->stride = stride;
+  return 0;
+
+fail:
+  rc = sys_err(e);
+  if (rc == EZ_ENOMEM)
+    EZI_DEBUG("%s(%s, %llu bytes): %s", what, path, (unsigned long long)total, strerror(e));
+  else
+    EZI_WARN("%s(%s, %llu bytes) failed: %s", what, path, (unsigned long long)total, strerror(e));
+  shm_unlink(path);
+  close(fd);
+  return rc;
+}
+
+int ezi_shm_attach(const char *name, ezi_shm *out) {
+  if (!out) return EZ_EINVAL;
+  memset(out, 0, sizeof *out);
+  if (!valid_name(name)) return EZ_EINVAL;
+  char path[EZI_SHM_NAME_MAX + 2];
+  shm_path(path, name);
+  int fd;
+  do {
+    fd = shm_open(path, O_RDWR | O_CLOEXEC, 0);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    int e = errno;
+    if (e == ENOENT) return EZ_ENOENT;
+    EZI_WARN("shm_open(%s) failed: %s", path, strerror(e));
+    return sys_err(e);
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    EZI_WARN("fstat(%s) failed: %s", path, strerror(e));
+    close(fd);
+    return EZ_ESYS;
+  }
+  if (st.st_size < 16 || (uint64_t)st.st_size > SIZE_MAX) {
+    EZI_DEBUG("segment %s: size %lld cannot hold a header", name, (long long)st.st_size);
+    close(fd);
+    return EZ_EPROTO;
+  }
+  size_t size = (size_t)st.st_size;
+  uint8_t *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int e = errno;
+  close(fd);
+  if (base == MAP_FAILED) {
+    EZI_WARN("mmap(%s, %zu bytes) failed: %s", path, size, strerror(e));
+    return sys_err(e);
+  }
+  uint64_t nb = get_le64(base), stride = get_le64(base + 8);
+  if (nb < 1 || stride < 16 || nb > UINT64_MAX / stride || nb * stride != (uint64_t)size) {
+    EZI_DEBUG("segment %s: header (%llu buffers x %llu) does not match its size %zu", name,
+              (unsigned long long)nb, (unsigned long long)stride, size);
+    munmap(base, size);
+    return EZ_EPROTO;
+  }
+  memcpy(out->name, name, strlen(name) + 1);
+  out->base = base;
+  out->size = size;
+  out->num_buffers = nb;
+  out->stride = stride;
+  return 0;
+}
+
+void ezi_shm_detach(ezi_shm *s) {
+  if (!s) return;
+  if (s->base) munmap(s->base, s->size);
+  memset(s, 0, sizeof *s);
+}
+
+int ezi_shm_unlink(const char *name) {
+  if (!valid_name(name)) return EZ_EINVAL;
+  char path[EZI_SHM_NAME_MAX + 2];
+  shm_path(path, name);
+  if (shm_unlink(path) == 0) return 0;
+  int e = errno;
+  if (e == ENOENT) return EZ_ENOENT;
+  EZI_WARN("shm_unlink(%s) failed: %s", path, strerror(e));
+  return EZ_ESYS;
+}

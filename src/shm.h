@@ -1,0 +1,63 @@
+/* POSIX shared-memory segments in the ezmsg layout. Internal; not installed.
+ *
+ * A segment "name" is the POSIX object "/" + name (on Linux: /dev/shm/<name>), mode 0600.
+ * Created with num_buffers and a requested buf_size:
+ *   stride = buf_size + 16 * num_buffers, size = num_buffers * stride,
+ *   bytes 0..7 = u64 num_buffers, bytes 8..15 = u64 stride (little-endian),
+ *   buffer i = [i*stride, (i+1)*stride): 16 reserved bytes (buffer 0's are the header above), then
+ *   its data block of stride - 16 bytes.
+ * These functions keep no shared state; an ezi_shm is used by one owner (the mapping itself may be
+ * shared between threads and processes as the protocol dictates). */
+#ifndef EZI_SHM_H
+#define EZI_SHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define EZI_SHM_NAME_MAX 63               /* longest segment name we accept */
+#define EZI_SHM_MAX_BUFFERS 65536u        /* most buffers ezi_shm_create makes */
+#define EZI_SHM_MAX_BUF_SIZE (1ull << 40) /* largest buf_size ezi_shm_create accepts */
+
+typedef struct ezi_shm {
+  char name[EZI_SHM_NAME_MAX + 1]; /* without the leading '/' */
+  uint8_t *base;                   /* the whole segment, mapped read-write */
+  size_t size;                     /* num_buffers * stride */
+  uint64_t num_buffers, stride;
+} ezi_shm;
+
+/* Creates a new segment named "psm_" + 8 random lower-case hex digits (shm_open O_CREAT|O_EXCL,
+ * mode 0600, a new name on EEXIST), sizes it, reserves its memory (so a full /dev/shm fails here,
+ * not with SIGBUS on first write), maps it and writes the header. The rest reads as zeros.
+ * Limits: num_buffers in [1, EZI_SHM_MAX_BUFFERS], buf_size in [1, EZI_SHM_MAX_BUF_SIZE], and
+ * the total must fit in size_t and off_t: EZ_EINVAL otherwise. EZ_ENOMEM if the memory cannot be
+ * had (mmap ENOMEM, /dev/shm full), EZ_ESYS on other failures (logged); on failure nothing is left
+ * in /dev/shm and *out is zeroed. On success the caller owns the mapping (ezi_shm_detach) and the
+ * name (ezi_shm_unlink). */
+int ezi_shm_create(uint64_t num_buffers, uint64_t buf_size, ezi_shm *out);
+
+/* Opens and maps the existing segment `name` read-write and validates its header against its
+ * size: size >= 16, num_buffers >= 1, stride >= 16 and num_buffers * stride == size (no
+ * overflow). Returns EZ_EINVAL unless name is 1..63 characters of [A-Za-z0-9_.-] (not "." or
+ * ".."), EZ_ENOENT if no such segment exists, EZ_EPROTO if the header is inconsistent, EZ_ENOMEM
+ * if it cannot be mapped for lack of memory, EZ_ESYS otherwise (logged). *out is zeroed on
+ * failure. Works on segments created by Python ezmsg (multiprocessing.shared_memory). */
+int ezi_shm_attach(const char *name, ezi_shm *out);
+
+/* Start of buffer i's data block (i < num_buffers): base + i*stride + 16. */
+static inline uint8_t *ezi_shm_data(const ezi_shm *s, uint64_t i) {
+  return s->base + (size_t)(i * s->stride) + 16;
+}
+
+/* Size of every data block: stride - 16. */
+static inline uint64_t ezi_shm_data_size(const ezi_shm *s) { return s->stride - 16; }
+
+/* Unmaps the segment and zeroes *s (the segment itself stays until unlinked). Idempotent; safe on
+ * a zeroed struct. */
+void ezi_shm_detach(ezi_shm *s);
+
+/* Removes the segment `name` (shm_unlink("/" + name)); existing mappings stay valid. Returns 0,
+ * EZ_EINVAL for a bad name (rules as ezi_shm_attach), EZ_ENOENT if it does not exist, EZ_ESYS
+ * otherwise. */
+int ezi_shm_unlink(const char *name);
+
+#endif

@@ -1,0 +1,368 @@
+/* Subscribers: a graph link that follows UPDATEs (joining and leaving channels), and a queue of
+ * notices that recv takes from. The queue is bounded by the channels' slots (backpressure), so it
+ * never grows past the sum of their num_buffers. */
+#include "context.h"
+#include "graphclient.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+typedef struct note {
+  chan_sub *cs;
+  uint64_t msg_id;
+} note;
+
+typedef struct link {
+  char pub_id[37];
+  chan_sub *cs;
+} pub_link;
+
+struct ez_sub {
+  ez_context *ctx;
+  char id[37];
+  char *topic, *handle;
+  /* graph link (I/O thread) */
+  ezi_watch gw;
+  ezi_buf gin;
+  ezi_outbox gout;
+  pub_link *links;
+  size_t n_links;
+  /* queue (mu) */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int waiters;
+  note *q;
+  size_t head, n, cap;
+  int efd;
+  bool efd_set, initialized, lost, closing;
+};
+
+const char *ez_sub_id(const ez_sub *s) { return s->id; }
+const char *ez_sub_topic(const ez_sub *s) { return s->topic; }
+const char *ezi_sub_handle(const ez_sub *s) { return s->handle; }
+
+/* ---- queue --------------------------------------------------------------------------------- */
+
+static void signal_ready(ez_sub *s) { /* s->mu held; the queue just became non-empty */
+  if (s->efd >= 0 && !s->efd_set) {
+    uint64_t one = 1;
+    if (write(s->efd, &one, sizeof one) == sizeof one) s->efd_set = true;
+  }
+  if (s->waiters) pthread_cond_signal(&s->cv);
+}
+
+void ezi_sub_push(ez_sub *s, chan_sub *cs, uint64_t msg_id) {
+  pthread_mutex_lock(&s->mu);
+  if (s->n == s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 64;
+    note *q = malloc(cap * sizeof *q);
+    if (!q) {
+      pthread_mutex_unlock(&s->mu);
+      EZI_ERROR("subscriber %s: out of memory; a message is lost", s->topic);
+      return;
+    }
+    for (size_t i = 0; i < s->n; i++) q[i] = s->q[(s->head + i) % s->cap];
+    free(s->q);
+    s->q = q;
+    s->cap = cap;
+    s->head = 0;
+  }
+  s->q[(s->head + s->n++) % s->cap] = (note){cs, msg_id};
+  if (s->n == 1) signal_ready(s);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void clear_ready(ez_sub *s) { /* s->mu held; the queue just became empty */
+  if (s->efd_set) {
+    uint64_t v;
+    if (read(s->efd, &v, sizeof v) == sizeof v || errno == EAGAIN) s->efd_set = false;
+  }
+}
+
+void ezi_sub_purge(ez_sub *s, chan_sub *cs, void (*fn)(chan_sub *, uint64_t)) {
+  pthread_mutex_lock(&s->mu);
+  uint64_t *ids = s->n ? malloc(s->n * sizeof *ids) : NULL;
+  size_t nid = 0, kept = 0;
+  for (size_t i = 0; i < s->n; i++) {
+    note x = s->q[(s->head + i) % s->cap];
+    if (x.cs == cs) {
+      if (ids) ids[nid++] = x.msg_id;
+    } else {
+      s->q[(s->head + kept++) % s->cap] = x;
+    }
+  }
+  s->n = kept;
+  if (!s->n) clear_ready(s);
+  pthread_mutex_unlock(&s->mu);
+  for (size_t i = 0; i < nid; i++) fn(cs, ids[i]);
+  free(ids);
+}
+
+int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
+  if (!s || !m) return EZ_EINVAL;
+  uint64_t deadline = ezi_deadline(timeout_ms);
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    int rc = 0;
+    while (!s->n && !rc) {
+      if (s->closing) rc = EZ_ECLOSED;
+      else if (s->lost) rc = EZ_ECONNLOST;
+      else if (timeout_ms == 0) rc = EZ_EAGAIN;
+      else {
+        s->waiters++;
+        rc = ezi_cond_wait(&s->cv, &s->mu, deadline);
+        s->waiters--;
+      }
+    }
+    if (rc) {
+      pthread_mutex_unlock(&s->mu);
+      return rc;
+    }
+    note x = s->q[s->head];
+    s->head = (s->head + 1) % s->cap;
+    if (--s->n == 0) clear_ready(s);
+    pthread_mutex_unlock(&s->mu);
+    if (ezi_chan_view(x.cs, x.msg_id, m) == 0) return 0;
+  }
+}
+
+void ez_msg_release(ez_msg *m) {
+  if (!m || !m->ref_) return;
+  chan_sub *cs = m->ref_;
+  m->ref_ = NULL;
+  ezi_chan_release(cs, m->msg_id);
+}
+
+int ez_recv_copy(ez_sub *s, void *buf, size_t cap, size_t *len, int timeout_ms) {
+  ez_msg m;
+  int rc = ez_recv(s, &m, timeout_ms);
+  if (rc) return rc;
+  if (len) *len = m.len;
+  if (m.len <= cap) {
+    if (m.len) memcpy(buf, m.data, m.len);
+  } else {
+    rc = EZ_EMSGSIZE;
+  }
+  ez_msg_release(&m);
+  return rc;
+}
+
+int ez_sub_fd(const ez_sub *cs) {
+  ez_sub *s = (ez_sub *)cs;
+  pthread_mutex_lock(&s->mu);
+  if (s->efd < 0) {
+    s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->efd >= 0 && (s->n || s->lost)) signal_ready(s);
+  }
+  int fd = s->efd;
+  pthread_mutex_unlock(&s->mu);
+  return fd;
+}
+
+/* ---- graph link (I/O thread) --------------------------------------------------------------- */
+
+static bool listed(const char *ids, size_t n, const char *id) {
+  for (size_t i = 0; i + 36 <= n; i += 37)
+    if (!memcmp(ids + i, id, 36)) return true;
+  return false;
+}
+
+/* UPDATE: join channels of new publishers, leave those no longer listed. */
+static void apply_update(ez_sub *s, const char *ids, size_t n) {
+  for (size_t i = 0; i < s->n_links;) {
+    if (listed(ids, n, s->links[i].pub_id)) {
+      i++;
+      continue;
+    }
+    ezi_chan_leave(s->links[i].cs);
+    s->links[i] = s->links[--s->n_links];
+  }
+  for (size_t i = 0; i + 36 <= n; i += 37) {
+    if (!ezi_is_uuid(ids + i, 36) || (i + 36 < n && ids[i + 36] != ',')) {
+      EZI_WARN("subscriber %s: malformed UPDATE", s->topic);
+      return;
+    }
+    char id[37];
+    memcpy(id, ids + i, 36);
+    id[36] = 0;
+    bool have = false;
+    for (size_t k = 0; k < s->n_links && !have; k++) have = !strcmp(s->links[k].pub_id, id);
+    if (have) continue;
+    pub_link *v = realloc(s->links, (s->n_links + 1) * sizeof *v);
+    if (!v) continue;
+    s->links = v;
+    chan_sub *cs = NULL;
+    int rc = ezi_chan_join(s->ctx, id, s, &cs);
+    if (rc) {
+      EZI_WARN("subscriber %s: cannot reach publisher %s: %s", s->topic, id, ez_strerror(rc));
+      continue;
+    }
+    memcpy(s->links[s->n_links].pub_id, id, 37);
+    s->links[s->n_links++].cs = cs;
+  }
+}
+
+static void graph_close(ez_sub *s) {
+  if (s->gw.fd < 0) return;
+  ezi_loop_del(&s->gw);
+  ezi_outbox_close(s->ctx, &s->gout);
+  close(s->gw.fd);
+  s->gw.fd = -1;
+  ezi_buf_free(&s->gin);
+}
+
+static void on_graph(ezi_watch *w, uint32_t ev) {
+  ez_sub *s = w->arg;
+  if (ev & EPOLLOUT) ezi_outbox_flush(&s->gout);
+  if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
+  long n;
+  while ((n = ezi_buf_fill(&s->gin, w->fd, EZ_MAX_CONTROL_STR + 16)) > 0) {
+    for (;;) {
+      ezi_rd r;
+      ezi_rd_init(&r, ezi_buf_head(&s->gin), ezi_buf_pending(&s->gin), EZ_MAX_CONTROL_STR);
+      uint8_t cmd;
+      const char *ids = NULL;
+      size_t nid = 0;
+      if (ezi_rd_u8(&r, &cmd) && cmd == EZI_UPDATE) ezi_rd_str(&r, &ids, &nid);
+      int st = ezi_rd_status(&r);
+      if (st == 0) break;
+      if (st < 0 || (cmd != EZI_UPDATE && cmd != EZI_COMPLETE)) {
+        EZI_WARN("subscriber %s: protocol error from the graph server", s->topic);
+        n = -1;
+        break;
+      }
+      if (cmd == EZI_UPDATE) {
+        apply_update(s, ids, nid);
+        uint8_t c = EZI_COMPLETE;
+        ezi_outbox_put(s->ctx, &s->gout, &c, 1);
+      } else {
+        pthread_mutex_lock(&s->mu);
+        s->initialized = true;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+      }
+      ezi_buf_consume(&s->gin, r.pos);
+    }
+    if (n < 0) break;
+  }
+  if (n < 0) {
+    graph_close(s);
+    pthread_mutex_lock(&s->mu);
+    s->lost = true;
+    signal_ready(s);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+  }
+}
+
+/* ---- create / destroy ---------------------------------------------------------------------- */
+
+static void sub_free(ez_sub *s) {
+  free(s->topic);
+  free(s->handle);
+  free(s->q);
+  free(s->links);
+  if (s->efd >= 0) close(s->efd);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  free(s);
+}
+
+static void attach_on_loop(void *arg) {
+  ez_sub *s = arg;
+  ez_context *ctx = s->ctx;
+  pthread_mutex_lock(&ctx->mu);
+  ez_sub **v = realloc(ctx->subs, (ctx->n_subs + 1) * sizeof *v);
+  if (v) {
+    ctx->subs = v;
+    ctx->subs[ctx->n_subs++] = s;
+  }
+  pthread_mutex_unlock(&ctx->mu);
+  ezi_outbox_init(&s->gout, &s->gw, EPOLLIN | EPOLLRDHUP);
+  if (!v || ezi_loop_add(ctx->loop, &s->gw, EPOLLIN | EPOLLRDHUP)) {
+    s->lost = true;
+    return;
+  }
+  on_graph(&s->gw, EPOLLIN); /* the UPDATE may already be buffered */
+}
+
+static void detach_on_loop(void *arg) {
+  ez_sub *s = arg;
+  ez_context *ctx = s->ctx;
+  pthread_mutex_lock(&ctx->mu);
+  for (size_t i = 0; i < ctx->n_subs; i++) {
+    if (ctx->subs[i] == s) {
+      ctx->subs[i] = ctx->subs[--ctx->n_subs];
+      break;
+    }
+  }
+  pthread_mutex_unlock(&ctx->mu);
+  graph_close(s);
+  while (s->n_links) ezi_chan_leave(s->links[--s->n_links].cs);
+}
+
+int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, ez_sub **out) {
+  if (!ctx || !topic || !out || strlen(topic) > EZ_MAX_CONTROL_STR) return EZ_EINVAL;
+  ez_sub *s = calloc(1, sizeof *s);
+  if (!s) return EZ_ENOMEM;
+  s->ctx = ctx;
+  s->efd = -1;
+  s->gw.fd = -1;
+  pthread_mutex_init(&s->mu, NULL);
+  ezi_cond_init(&s->cv);
+  s->topic = strdup(topic);
+  s->handle = strdup(opts && opts->handle ? opts->handle : topic);
+  if (!s->topic || !s->handle) {
+    sub_free(s);
+    return EZ_ENOMEM;
+  }
+  uint64_t deadline = ezi_deadline(2 * EZ_DEFAULT_TIMEOUT_MS);
+  int fd = ezi_graph_open(ctx->address, deadline, NULL, 0);
+  if (fd < 0) {
+    sub_free(s);
+    return fd;
+  }
+  ezi_buf b = {0};
+  ezi_buf_put_u8(&b, EZI_SUBSCRIBE);
+  ezi_buf_put_cstr(&b, topic);
+  int rc = b.data ? ezi_io_write(fd, b.data, b.len, deadline) : EZ_ENOMEM;
+  ezi_buf_free(&b);
+  char *id = NULL;
+  size_t n = 0;
+  if (!rc) rc = ezi_io_read_str(fd, &id, &n, 64, deadline);
+  if (!rc && !ezi_is_uuid(id, n)) rc = EZ_EPROTO;
+  if (!rc) memcpy(s->id, id, 37);
+  free(id);
+  if (rc) {
+    close(fd);
+    sub_free(s);
+    return rc;
+  }
+  s->gw = (ezi_watch){.fd = fd, .fn = on_graph, .arg = s};
+  ezi_ctx_call(ctx, attach_on_loop, s);
+  pthread_mutex_lock(&s->mu);
+  while (!s->initialized && !s->lost && !rc) rc = ezi_cond_wait(&s->cv, &s->mu, deadline);
+  if (!rc && !s->initialized) rc = EZ_ECONNLOST;
+  pthread_mutex_unlock(&s->mu);
+  if (rc) {
+    ez_sub_destroy(s);
+    return rc;
+  }
+  *out = s;
+  return 0;
+}
+
+void ez_sub_destroy(ez_sub *s) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  s->closing = true;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  ezi_ctx_call(s->ctx, detach_on_loop, s);
+  sub_free(s);
+}

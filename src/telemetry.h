@@ -1,0 +1,139 @@
+/* Sliding-window telemetry: the constant-time, constant-memory counterpart of the reference's
+ * SlidingWindow (which keeps every event in a deque), plus the JSON snapshots built from it.
+ *
+ * A window is a ring of EZI_WINDOW_BUCKETS time buckets of EZI_WINDOW_BUCKET_NS each, covering
+ * the last EZ_PROFILE_MAX_WINDOW_S seconds (plus one bucket of slack). Every bucket keeps the
+ * count, the (saturating) sum and the maximum of the values recorded in its time span, and a
+ * log-scale histogram of them (EZI_WINDOW_SUBBINS bins per power of two) from which percentiles
+ * are estimated. A bucket remembers which time span ("epoch" = now_ns / bucket width) it holds,
+ * so stale buckets are recognised by their epoch and reused lazily: nothing is ever swept, an idle
+ * gap of any length costs nothing, and no old data survives it.
+ *
+ * Values are non-negative integers: durations in ns, or byte counts.
+ *
+ * Accuracy
+ * - Time: a query over (now - W, now] counts the bucket holding `now` plus every older bucket
+ *   whose midpoint lies inside the window (start + width/2 > now - W). So for W >= width/2 an
+ *   event more than half a bucket width (50 ms) inside the window is always counted and one more
+ *   than half a bucket width outside never is; in between it depends on where the bucket boundary
+ *   falls. The span summarised is W +- width/2. For W < width/2 it is just the current bucket
+ *   (events up to one width old).
+ * - count, sum, max and avg are exact over the buckets counted (sums saturate at UINT64_MAX).
+ * - p50 / p99 are nearest-rank percentiles (the ceil(p*n)-th smallest value). The estimate is
+ *   the geometric midpoint of the value's histogram bin, capped at the exact max, so its relative
+ *   error is at most 2^(1/8) - 1 (about 9.1%) for values below 2^47.75 (~2.5e14: about 2.9 days
+ *   in ns, 250 TB in bytes); 0 is exact; larger values all share the top bin, reported as the max.
+ *
+ * Thread safety: none. A window is plain data; its owner serialises add and query (holds its own
+ * lock, or uses it from a single thread).
+ *
+ * With EZ_NO_TELEMETRY defined, ezi_window is an empty shell, ezi_window_init/ezi_window_add are
+ * inline no-ops (the hot path pays nothing) and queries / JSON snapshots report zeros.
+ */
+#ifndef EZI_TELEMETRY_H
+#define EZI_TELEMETRY_H
+
+#include "ezmsg/ezmsg.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+/* Bucket width and count: 101 buckets of 100 ms cover 10 s plus the partly filled current one. */
+#define EZI_WINDOW_BUCKET_NS 100000000ull
+#define EZI_WINDOW_BUCKETS 101u
+/* Histogram shape: bin 0 holds zeros; then EZI_WINDOW_SUBBINS bins per power of two for values in
+ * [1, 2^EZI_WINDOW_OCTAVES); the last bin also takes everything larger. */
+#define EZI_WINDOW_SUBBINS 4u
+#define EZI_WINDOW_OCTAVES 48u
+#define EZI_WINDOW_BINS (1u + EZI_WINDOW_SUBBINS * EZI_WINDOW_OCTAVES)
+
+/* The summary of one window query. Durations stay in the unit they were recorded in (ns). */
+typedef struct ezi_window_stats {
+  uint64_t count;  /* events in the window */
+  double sum, avg; /* sum and mean of their values (0 if count is 0) */
+  double max;      /* largest value (0 if count is 0) */
+  double p50, p99; /* nearest-rank percentile estimates (see Accuracy above; 0 if count is 0) */
+  double window_s; /* the window actually asked for, after ezi_clamp_window */
+} ezi_window_stats;
+
+#ifndef EZ_NO_TELEMETRY
+
+/* One time bucket: 800 bytes. */
+typedef struct ezi_window_bucket {
+  uint64_t epoch; /* which bucket-width time span this holds (now_ns / EZI_WINDOW_BUCKET_NS) */
+  uint64_t sum;   /* saturating */
+  uint64_t max;
+  uint32_t count;
+  uint32_t hist[EZI_WINDOW_BINS];
+} ezi_window_bucket;
+
+/* A sliding window: fixed size (EZI_WINDOW_BUCKETS * 800 bytes, about 79 KiB), no heap memory,
+ * may be embedded in other structs. All-zero bytes is a valid empty window. */
+typedef struct ezi_window {
+  ezi_window_bucket buckets[EZI_WINDOW_BUCKETS];
+} ezi_window;
+
+/* Empties the window (equivalent to zero-filling it). */
+void ezi_window_init(ezi_window *w);
+
+/* Records one event of `value` at monotonic time now_ns. O(1): at most one bucket is reset. An
+ * event older than the current bucket is still filed in its own bucket; one older than the ring
+ * holds (by more than ~10 s) is dropped. Neither corrupts anything. */
+void ezi_window_add(ezi_window *w, uint64_t now_ns, uint64_t value);
+
+#else /* EZ_NO_TELEMETRY */
+
+typedef struct ezi_window {
+  char unused;
+} ezi_window;
+
+/* Compiled out: no-ops. */
+static inline void ezi_window_init(ezi_window *w) { (void)w; }
+static inline void ezi_window_add(ezi_window *w, uint64_t now_ns, uint64_t value) {
+  (void)w;
+  (void)now_ns;
+  (void)value;
+}
+
+#endif /* EZ_NO_TELEMETRY */
+
+/* Clamps a requested window to [0, EZ_PROFILE_MAX_WINDOW_S]: NaN and negatives give 0, anything
+ * above 10 (including +inf) gives 10. */
+double ezi_clamp_window(double window_s);
+
+/* Summarises the events of the window (now_ns - window_s, now_ns] into *out (see Accuracy above
+ * for which buckets count). window_s is clamped first and stored in out->window_s; a zero window
+ * gives all-zero stats. Data newer than now_ns's bucket (a query with an older clock) is ignored.
+ * O(EZI_WINDOW_BUCKETS * EZI_WINDOW_BINS). w may be NULL (an empty window). With
+ * EZ_NO_TELEMETRY: all statistics zero, window_s still the clamped window. */
+void ezi_window_query(const ezi_window *w, uint64_t now_ns, double window_s, ezi_window_stats *out);
+
+/* JSON snapshots. Field names are the reference's (protocol.md, "Profiling"); p50_ms and p99_ms
+ * are our additions beside every avg_ms / max_ms. Counts above INT64_MAX are written as
+ * INT64_MAX. Each returns a new reference (the caller owns it) or NULL when out of memory. */
+
+/* {"avg_ms", "max_ms", "p50_ms", "p99_ms", "samples"} from the stats of a window of ns
+ * durations; s NULL or without samples gives zeros. */
+json_t *ezi_latency_json(const ezi_window_stats *s);
+
+/* A publisher's telemetry part:
+ * {"window_s", "message_rate_hz", "byte_rate_per_s", "messages": {"total", "window"},
+ *  "bytes": {"total", "window"},
+ *  "backpressure": {"avg_ms", "max_ms", "p50_ms", "p99_ms", "samples", "in_flight"}}.
+ * `msgs` holds one event per message whose value is its payload size in bytes (window count =
+ * messages, window sum = bytes); `bp` holds buffer lease durations in ns. Either may be NULL
+ * (empty). window_s is clamped; rates are the window's count (byte sum) / window_s, 0 for a zero
+ * window. The caller adds "type", "id", "topic", "pid", "num_buffers" and the like. */
+json_t *ezi_pub_tel_json(const ezi_window *msgs, const ezi_window *bp, uint64_t total_msgs,
+                         uint64_t total_bytes, uint64_t bp_in_flight, uint64_t now_ns,
+                         double window_s);
+
+/* One entry of a channel's "subscribers":
+ * {"subscriber_id", "handle", "avg_ms", "max_ms", "p50_ms", "p99_ms", "samples",
+ *  "message_rate_hz", "in_flight"} from `proc`, a window of processing durations in ns (NULL:
+ * empty). A NULL subscriber_id or handle is written as JSON null. window_s is clamped; the rate
+ * is samples / window_s, 0 for a zero window. */
+json_t *ezi_sub_tel_json(const ezi_window *proc, const char *subscriber_id, const char *handle,
+                         uint64_t in_flight, uint64_t now_ns, double window_s);
+
+#endif

@@ -1,0 +1,148 @@
+/* The ezmsg wire encoding: u64 little-endian integers, length-prefixed strings, one-byte commands;
+ * a growable byte buffer for output, and an incremental reader for input that may arrive one byte
+ * at a time. Nothing here allocates what a peer announces: strings are views into the input. */
+#ifndef EZI_WIRE_H
+#define EZI_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ezmsg/ezmsg.h"
+
+enum ezi_cmd {
+  EZI_COMPLETE = 0, EZI_PUBLISH = 1, EZI_SUBSCRIBE = 2, EZI_CONNECT = 3, EZI_DISCONNECT = 4,
+  EZI_CYCLIC = 5, EZI_PAUSE = 6, EZI_SYNC = 7, EZI_RESUME = 8, EZI_UPDATE = 9, EZI_DAG = 10,
+  EZI_TX_LOCAL = 11, EZI_TX_SHM = 12, EZI_TX_TCP = 13, EZI_RX_ACK = 14, EZI_SHM_CREATE = 15,
+  EZI_SHM_ATTACH = 16, EZI_SHUTDOWN = 17, EZI_CHANNEL = 18, EZI_SHM_OK = 19,
+  EZI_SHM_ATTACH_FAILED = 20, EZI_PROFILE = 21, EZI_PROFILE_DATA = 22,
+};
+/* Name of a command byte for log lines ("?" if unknown). */
+const char *ezi_cmd_name(unsigned cmd);
+
+static inline void ezi_put_u64le(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint64_t ezi_get_u64le(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+/* ---- output buffer ---------------------------------------------------------------------------
+ * Bytes [off, len) are pending. Not thread-safe. A zeroed struct is an empty buffer. */
+typedef struct ezi_buf {
+  uint8_t *data;
+  size_t off, len, cap;
+} ezi_buf;
+
+/* Makes room for `extra` more bytes; EZ_ENOMEM on failure (buffer unchanged). */
+int ezi_buf_reserve(ezi_buf *b, size_t extra);
+int ezi_buf_put(ezi_buf *b, const void *p, size_t n);
+int ezi_buf_put_u8(ezi_buf *b, uint8_t v);
+int ezi_buf_put_u64(ezi_buf *b, uint64_t v);
+/* A str: u64 length then the bytes. */
+int ezi_buf_put_str(ezi_buf *b, const char *s, size_t n);
+static inline int ezi_buf_put_cstr(ezi_buf *b, const char *s) { return ezi_buf_put_str(b, s, strlen(s)); }
+static inline size_t ezi_buf_pending(const ezi_buf *b) { return b->len - b->off; }
+static inline const uint8_t *ezi_buf_head(const ezi_buf *b) { return b->data + b->off; }
+/* Drops n pending bytes from the front (compacting when it pays). */
+void ezi_buf_consume(ezi_buf *b, size_t n);
+void ezi_buf_reset(ezi_buf *b);
+void ezi_buf_free(ezi_buf *b);
+
+/* Writes pending bytes to a non-blocking fd until it would block or the buffer is empty.
+ * Returns 0 (check ezi_buf_pending for what is left) or EZ_ECONNLOST. */
+int ezi_buf_flush(ezi_buf *b, int fd);
+
+/* Reads what is available from a non-blocking fd into b, at most `max_total` pending bytes in all.
+ * Returns bytes read (> 0), 0 if it would block or b is full, EZ_ECONNLOST on EOF or error. */
+long ezi_buf_fill(ezi_buf *b, int fd, size_t max_total);
+
+/* ---- incremental reader ----------------------------------------------------------------------
+ * Parses a frame from the start of the available bytes. Every getter returns false when the bytes
+ * are not all there yet (rd->need then says how many bytes in all the frame needs so far) or when
+ * the frame is malformed (rd->err < 0). Parse the whole frame, then check ezi_rd_ok(). */
+typedef struct ezi_rd {
+  const uint8_t *p;
+  size_t len, pos;
+  size_t need;   /* when short: total bytes needed from p so far */
+  int err;       /* EZ_EMSGSIZE for a string beyond the limit, else 0 */
+  size_t max_str;
+} ezi_rd;
+
+static inline void ezi_rd_init(ezi_rd *r, const void *p, size_t len, size_t max_str) {
+  r->p = (const uint8_t *)p;
+  r->len = len;
+  r->pos = 0;
+  r->need = 0;
+  r->err = 0;
+  r->max_str = max_str;
+}
+static inline bool ezi_rd_short(ezi_rd *r, size_t n) {
+  if (r->err || r->need) return true;
+  if (r->len - r->pos < n) {
+    r->need = r->pos + n;
+    return true;
+  }
+  return false;
+}
+static inline bool ezi_rd_u8(ezi_rd *r, uint8_t *v) {
+  if (ezi_rd_short(r, 1)) return false;
+  *v = r->p[r->pos++];
+  return true;
+}
+static inline bool ezi_rd_u64(ezi_rd *r, uint64_t *v) {
+  if (ezi_rd_short(r, 8)) return false;
+  *v = ezi_get_u64le(r->p + r->pos);
+  r->pos += 8;
+  return true;
+}
+/* A str as a view (not NUL-terminated) into the input. */
+static inline bool ezi_rd_str(ezi_rd *r, const char **s, size_t *n) {
+  uint64_t len;
+  if (!ezi_rd_u64(r, &len)) return false;
+  if (len > r->max_str) {
+    r->err = EZ_EMSGSIZE;
+    return false;
+  }
+  if (ezi_rd_short(r, (size_t)len)) return false;
+  *s = (const char *)r->p + r->pos;
+  *n = (size_t)len;
+  r->pos += (size_t)len;
+  return true;
+}
+static inline bool ezi_rd_skip(ezi_rd *r, size_t n) {
+  if (ezi_rd_short(r, n)) return false;
+  r->pos += n;
+  return true;
+}
+/* 1: a whole frame parsed (rd->pos bytes); 0: need more bytes; < 0: malformed. */
+static inline int ezi_rd_status(const ezi_rd *r) { return r->err ? r->err : r->need ? 0 : 1; }
+
+/* Copies a str view to a new NUL-terminated string (NULL on ENOMEM). */
+char *ezi_strndup(const char *s, size_t n);
+
+/* True if s (n bytes) is a canonical lower- or upper-case UUID string (8-4-4-4-12 hex). */
+bool ezi_is_uuid(const char *s, size_t n);
+
+/* ---- addresses -------------------------------------------------------------------------------
+ * "host:port" -> host (NUL-terminated, at most 255 bytes) and port. EZ_EADDR if malformed. */
+int ezi_addr_parse(const char *addr, char host[256], uint16_t *port);
+/* NULL -> $EZMSG_GRAPHSERVER_ADDR -> EZ_DEFAULT_ADDRESS; copies into out. */
+void ezi_addr_resolve(const char *addr, char out[300]);
+
+/* Socket helpers: all sockets non-blocking and close-on-exec, TCP_NODELAY set. */
+/* Listens on host:port (port 0: any). Returns fd or EZ_EADDR. */
+int ezi_tcp_listen(const char *host, uint16_t port, int backlog);
+/* The port an fd is bound to, 0 on error. */
+uint16_t ezi_sock_port(int fd);
+/* The peer's numeric host into out (empty on error). */
+void ezi_sock_peer_host(int fd, char out[64]);
+/* Connects to host:port within timeout_ms (the fd stays non-blocking). Returns fd or
+ * EZ_ENOSERVER (refused / unreachable), EZ_ETIMEDOUT, EZ_EADDR. */
+int ezi_tcp_connect(const char *host, uint16_t port, int timeout_ms);
+void ezi_sock_setup(int fd);
+
+#endif

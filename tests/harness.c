@@ -1,0 +1,137 @@
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int th_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0) abort();
+  socklen_t len = sizeof a;
+  getsockname(fd, (struct sockaddr *)&a, &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+char *th_free_address(char *buf, size_t cap) {
+  snprintf(buf, cap, "127.0.0.1:%d", th_free_port());
+  return buf;
+}
+
+const char *th_cli(void) {
+  const char *c = getenv("EZ_CLI");
+  return c ? c : "ezmsg";
+}
+
+pid_t th_spawn(char *const argv[], int out_fd, int err_fd) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (out_fd >= 0) dup2(out_fd, 1);
+    if (err_fd >= 0) dup2(err_fd, 2);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+pid_t th_spawn_cli(int out_fd, const char *arg0, ...) {
+  char *argv[32];
+  int n = 0;
+  argv[n++] = (char *)th_cli();
+  va_list ap;
+  va_start(ap, arg0);
+  for (const char *a = arg0; a && n < 31; a = va_arg(ap, const char *)) argv[n++] = (char *)a;
+  va_end(ap);
+  argv[n] = NULL;
+  return th_spawn(argv, out_fd, -1);
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+int th_wait_exit(pid_t pid, int timeout_ms) {
+  int status = 0;
+  for (int waited = 0;; waited += 5) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0) return -1;
+    if (waited >= timeout_ms) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    sleep_ms(5);
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + WTERMSIG(status);
+}
+
+int th_stop(pid_t pid, int sig, int timeout_ms) {
+  kill(pid, sig);
+  return th_wait_exit(pid, timeout_ms);
+}
+
+int th_run(char *out, size_t cap, const char *fmt, ...) {
+  char cmd[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  size_t n = 0;
+  if (out && cap) {
+    n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+  } else {
+    char sink[4096];
+    while (fread(sink, 1, sizeof sink, p) > 0) {
+    }
+  }
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+pid_t th_start_server(const char *addr) {
+  pid_t pid = th_spawn_cli(-1, "serve", "--address", addr, NULL);
+  for (int i = 0; i < 1000; i++) {
+    if (ez_graph_ping(addr, NULL, 0, 200) == 0) return pid;
+    sleep_ms(10);
+  }
+  th_stop(pid, SIGKILL, 1000);
+  fail_msg("server at %s did not come up", addr);
+  return -1;
+}
+
+int th_count_shm(void) {
+  DIR *d = opendir("/dev/shm");
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) n += strncmp(e->d_name, "psm_", 4) == 0;
+  closedir(d);
+  return n;
+}
+
+int th_count_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) n += e->d_name[0] != '.';
+  closedir(d);
+  return n - 1; /* the DIR's own fd */
+}

@@ -1,0 +1,46 @@
+/* Helpers shared by the C tests: free ports, child processes stopped by pid, /dev/shm checks. */
+#ifndef EZ_TEST_HARNESS_H
+#define EZ_TEST_HARNESS_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <cmocka.h>
+
+#include "ezmsg/ezmsg.h"
+
+/* A free TCP port on 127.0.0.1 (bound with port 0, then released). */
+int th_free_port(void);
+/* "127.0.0.1:<free port>" into buf; returns buf. */
+char *th_free_address(char *buf, size_t cap);
+
+/* Starts argv (argv[0] a path) as a child process; stdout/stderr go to the given fds if >= 0
+ * (else inherited). Returns the pid. */
+pid_t th_spawn(char *const argv[], int out_fd, int err_fd);
+/* Starts the CLI ($EZ_CLI) with arguments, NULL-terminated. */
+pid_t th_spawn_cli(int out_fd, const char *arg0, ...);
+/* Sends sig to pid and reaps it; returns its wait status. Waits at most timeout_ms, then
+ * SIGKILLs. */
+int th_stop(pid_t pid, int sig, int timeout_ms);
+/* Waits for pid to exit (at most timeout_ms; -1 on timeout, the process is then killed);
+ * returns the exit code (or 128+signal). */
+int th_wait_exit(pid_t pid, int timeout_ms);
+
+/* Runs a shell command line, capturing stdout into out (NUL-terminated, truncated to cap).
+ * Returns the exit status (or -1). */
+int th_run(char *out, size_t cap, const char *fmt, ...);
+
+/* Starts `ezmsg serve --address addr` and waits until it answers. Returns the pid. */
+pid_t th_start_server(const char *addr);
+
+/* Number of entries in /dev/shm whose names begin with "psm_". */
+int th_count_shm(void);
+/* Number of open fds of this process. */
+int th_count_fds(void);
+
+/* Path of the CLI binary ($EZ_CLI). */
+const char *th_cli(void);
+
+#endif

@@ -1,0 +1,616 @@
+/* Unit tests of the topic graph (src/dag.c), its pickle codec (src/dagpickle.c) and the graph
+ * text formats (src/graphfmt.c). The pickle vectors in tests/corpus/dag/ were made by Python's
+ * pickle.dumps of the reference DAG; nothing here needs Python at run time. */
+#include "harness.h"
+
+#include "dag.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers -------------------------------------------------------------------------------- */
+
+static uint8_t *load_corpus(const char *name, size_t *len) {
+  char path[4096];
+  const char *src = getenv("EZ_SRC");
+  if (src) {
+    snprintf(path, sizeof(path), "%s/tests/corpus/dag/%s", src, name);
+  } else { /* next to this source file */
+    const char *slash = strrchr(__FILE__, '/');
+    int dl = slash ? (int)(slash - __FILE__ + 1) : 0;
+    snprintf(path, sizeof(path), "%.*scorpus/dag/%s", dl, __FILE__, name);
+  }
+  FILE *f = fopen(path, "rb");
+  if (!f) fail_msg("cannot open %s", path);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  rewind(f);
+  uint8_t *b = malloc((size_t)n + 1);
+  assert_non_null(b);
+  assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *len = (size_t)n;
+  return b;
+}
+
+static int cmp_node_topic(const void *key, const void *nd) {
+  return strcmp((const char *)key, ((const ez_graph_node *)nd)->topic);
+}
+
+/* The layout promised by dag.h: sorted unique nodes and targets, every target a node. */
+static void assert_well_formed(const ez_graph *g) {
+  for (size_t i = 0; i < g->n_nodes; i++) {
+    const ez_graph_node *nd = &g->nodes[i];
+    if (i) assert_true(strcmp(g->nodes[i - 1].topic, nd->topic) < 0);
+    for (size_t k = 0; k < nd->n_to; k++) {
+      if (k) assert_true(strcmp(nd->to[k - 1], nd->to[k]) < 0);
+      assert_non_null(bsearch(nd->to[k], g->nodes, g->n_nodes, sizeof(*nd), cmp_node_topic));
+    }
+  }
+}
+
+static void assert_graph_equal(const ez_graph *a, const ez_graph *b) {
+  assert_int_equal(a->n_nodes, b->n_nodes);
+  for (size_t i = 0; i < a->n_nodes; i++) {
+    assert_string_equal(a->nodes[i].topic, b->nodes[i].topic);
+    assert_int_equal(a->nodes[i].n_to, b->nodes[i].n_to);
+    for (size_t k = 0; k < a->nodes[i].n_to; k++)
+      assert_string_equal(a->nodes[i].to[k], b->nodes[i].to[k]);
+  }
+}
+
+static void assert_dag_graph(const ezi_dag *d, const ez_graph *g) {
+  ez_graph e;
+  assert_int_equal(ezi_dag_export(d, &e), 0);
+  assert_graph_equal(&e, g);
+  ez_graph_free(&e);
+}
+
+/* Encodes d, decodes it with our decoder, and compares with its export. */
+static void assert_roundtrip(const ezi_dag *d) {
+  uint8_t *b;
+  size_t n;
+  ez_graph g;
+  assert_int_equal(ezi_dag_pickle(d, &b, &n), 0);
+  assert_int_equal(ezi_dag_unpickle(b, n, &g), 0);
+  assert_dag_graph(d, &g);
+  ez_graph_free(&g);
+  free(b);
+}
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint64_t rnd(void) { /* xorshift64: deterministic */
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+
+/* The graphs of the corpus files, built the way the Python generator built them. */
+static void long_name(char out[301], int i) {
+  int k = snprintf(out, 301, "/long/%03d/", i);
+  memset(out + k, 'x', (size_t)(300 - k));
+  out[300] = '\0';
+}
+
+static ezi_dag *make_long300(void) {
+  ezi_dag *d = ezi_dag_new();
+  char a[301], b[301];
+  for (int i = 0; i < 300; i++) {
+    long_name(a, i);
+    if (i < 299) {
+      long_name(b, i + 1);
+      assert_int_equal(ezi_dag_add_edge(d, a, b), 0);
+    }
+    int j = (i * 7 + 3) % 300;
+    if (j > i + 1) {
+      long_name(b, j);
+      assert_int_equal(ezi_dag_add_edge(d, a, b), 0);
+    }
+  }
+  return d;
+}
+
+#define ODD_TOPIC "/q\"uo\\te/\xc3\xbcn\xc3\xaf\xf0\x9f\x98\x80" /* /q"uo\te/ünï😀 */
+
+static ezi_dag *make_star1500(void) {
+  ezi_dag *d = ezi_dag_new();
+  char a[64], b[64];
+  for (int i = 0; i < 1499; i++) {
+    snprintf(b, sizeof(b), "/leaf/%04d", i);
+    assert_int_equal(ezi_dag_add_edge(d, "/hub", b), 0);
+  }
+  assert_int_equal(ezi_dag_add_edge(d, "/hub", ODD_TOPIC), 0);
+  for (int i = 0; i < 250; i++) {
+    snprintf(a, sizeof(a), "/pair/a%03d", i);
+    snprintf(b, sizeof(b), "/pair/b%03d", i);
+    assert_int_equal(ezi_dag_add_edge(d, a, b), 0);
+  }
+  return d;
+}
+
+static ezi_dag *make_bigname(void) {
+  ezi_dag *d = ezi_dag_new();
+  char *big = malloc(70006);
+  memcpy(big, "/big/", 5);
+  memset(big + 5, 'y', 70000);
+  big[70005] = '\0';
+  assert_int_equal(ezi_dag_add_edge(d, big, "/small"), 0);
+  assert_int_equal(ezi_dag_add_edge(d, "/src", big), 0);
+  free(big);
+  return d;
+}
+
+static ezi_dag *make_abc(void) {
+  ezi_dag *d = ezi_dag_new();
+  assert_int_equal(ezi_dag_add_edge(d, "/a", "/b"), 0);
+  assert_int_equal(ezi_dag_add_edge(d, "/b", "/c"), 0);
+  return d;
+}
+
+/* ---- the graph ------------------------------------------------------------------------------ */
+
+static void test_add_remove_prune(void **state) {
+  ezi_dag *d = make_abc();
+  assert_int_equal(ezi_dag_num_nodes(d), 3);
+  assert_int_equal(ezi_dag_add_edge(d, "/a", "/b"), 0); /* duplicate */
+  assert_int_equal(ezi_dag_add_edge(d, "/c", "/x"), 0);
+  assert_int_equal(ezi_dag_remove_edge(d, "/c", "/x"), 0); /* /x pruned, /c keeps an in-edge */
+  assert_int_equal(ezi_dag_num_nodes(d), 3);
+  assert_int_equal(ezi_dag_remove_edge(d, "/a", "/c"), 0); /* absent between existing nodes */
+  assert_int_equal(ezi_dag_remove_edge(d, "/b", "/a"), 0); /* reverse of an edge */
+  assert_int_equal(ezi_dag_remove_edge(d, "/zz", "/yy"), 0);
+  assert_int_equal(ezi_dag_remove_edge(d, "/a", "/a"), 0);
+  assert_int_equal(ezi_dag_num_nodes(d), 3);
+  ez_graph g;
+  assert_int_equal(ezi_dag_export(d, &g), 0);
+  assert_int_equal(g.n_nodes, 3);
+  assert_int_equal(g.nodes[0].n_to, 1);
+  assert_string_equal(g.nodes[0].to[0], "/b");
+  assert_ptr_equal(g.nodes[0].to[0], g.nodes[1].topic);
+  assert_int_equal(g.nodes[2].n_to, 0);
+  ez_graph_free(&g);
+  assert_null(g.nodes);
+  ez_graph_free(&g); /* zeroed: fine */
+  ez_graph_free(NULL);
+  assert_int_equal(ezi_dag_remove_edge(d, "/a", "/b"), 0); /* /a pruned, /b feeds /c */
+  assert_int_equal(ezi_dag_num_nodes(d), 2);
+  assert_false(ezi_dag_reaches(d, "/a", "/c"));
+  assert_int_equal(ezi_dag_remove_edge(d, "/b", "/c"), 0);
+  assert_int_equal(ezi_dag_num_nodes(d), 0);
+  assert_int_equal(ezi_dag_add_edge(d, "/b", "/a"), 0); /* slots are reused */
+  assert_true(ezi_dag_reaches(d, "/b", "/a"));
+  assert_int_equal(ezi_dag_add_edge(NULL, "/a", "/b"), EZ_EINVAL);
+  assert_int_equal(ezi_dag_add_edge(d, NULL, "/b"), EZ_EINVAL);
+  ezi_dag_free(d);
+  ezi_dag_free(NULL);
+}
+
+static void test_cycles(void **state) {
+  ezi_dag *d = ezi_dag_new();
+  assert_int_equal(ezi_dag_add_edge(d, "/a", "/a"), EZ_ECYCLIC);
+  assert_int_equal(ezi_dag_num_nodes(d), 0); /* nothing created */
+  const char *chain[] = {"/a", "/b", "/c", "/d"};
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(ezi_dag_add_edge(d, chain[i], chain[i + 1]), 0);
+  ez_graph before;
+  assert_int_equal(ezi_dag_export(d, &before), 0);
+  for (int i = 0; i < 3; i++)
+    for (int j = i + 1; j < 4; j++)
+      assert_int_equal(ezi_dag_add_edge(d, chain[j], chain[i]), EZ_ECYCLIC);
+  assert_dag_graph(d, &before);                         /* unchanged */
+  assert_int_equal(ezi_dag_add_edge(d, "/a", "/d"), 0); /* a shortcut is no cycle */
+  assert_int_equal(ezi_dag_add_edge(d, "/x", "/a"), 0);
+  assert_int_equal(ezi_dag_add_edge(d, "/d", "/x"), EZ_ECYCLIC);
+  assert_int_equal(ezi_dag_num_nodes(d), 5);
+  ez_graph_free(&before);
+  ezi_dag_free(d);
+}
+
+static void test_reaches(void **state) {
+  ezi_dag *d = make_abc();
+  assert_int_equal(ezi_dag_add_edge(d, "/x", "/c"), 0);
+  assert_true(ezi_dag_reaches(d, "/a", "/c"));
+  assert_true(ezi_dag_reaches(d, "/a", "/b"));
+  assert_true(ezi_dag_reaches(d, "/x", "/c"));
+  assert_true(ezi_dag_reaches(d, "/a", "/a"));
+  assert_true(ezi_dag_reaches(d, "/nope", "/nope")); /* not a node, still its own */
+  assert_false(ezi_dag_reaches(d, "/c", "/a"));
+  assert_false(ezi_dag_reaches(d, "/a", "/x"));
+  assert_false(ezi_dag_reaches(d, "/nope", "/a"));
+  assert_false(ezi_dag_reaches(d, "/a", "/nope"));
+  assert_false(ezi_dag_reaches(d, NULL, "/a"));
+  ezi_dag_free(d);
+}
+
+/* Random adds and removes on 48 topics against an adjacency-matrix model. */
+enum { MN = 48 };
+static bool model[MN][MN];
+static bool model_reach(int a, int b) {
+  bool seen[MN] = {0};
+  int q[MN], h = 0, t = 0;
+  q[t++] = a;
+  seen[a] = true;
+  while (h < t) {
+    int x = q[h++];
+    if (x == b) return true;
+    for (int y = 0; y < MN; y++)
+      if (model[x][y] && !seen[y]) seen[y] = true, q[t++] = y;
+  }
+  return false;
+}
+
+static void test_model(void **state) {
+  ezi_dag *d = ezi_dag_new();
+  char names[MN][16];
+  for (int i = 0; i < MN; i++)
+    snprintf(names[i], sizeof(names[i]), "/m/%c%d", 'z' - i % 26, i);
+  memset(model, 0, sizeof(model));
+  for (int step = 0; step < 20000; step++) {
+    int a = (int)(rnd() % MN), b = (int)(rnd() % MN);
+    if (rnd() % 100 < 55) {
+      int want = a == b || (!model[a][b] && model_reach(b, a)) ? EZ_ECYCLIC : 0;
+      assert_int_equal(ezi_dag_add_edge(d, names[a], names[b]), want);
+      if (!want) model[a][b] = true;
+    } else {
+      assert_int_equal(ezi_dag_remove_edge(d, names[a], names[b]), 0);
+      model[a][b] = false;
+    }
+    size_t n = 0;
+    for (int i = 0; i < MN; i++) {
+      bool any = false;
+      for (int j = 0; j < MN; j++)
+        any |= model[i][j] || model[j][i];
+      n += any;
+    }
+    assert_int_equal(ezi_dag_num_nodes(d), n);
+    a = (int)(rnd() % MN), b = (int)(rnd() % MN);
+    assert_int_equal(ezi_dag_reaches(d, names[a], names[b]), model_reach(a, b));
+    if (step % 500 == 0) {
+      ez_graph g;
+      assert_int_equal(ezi_dag_export(d, &g), 0);
+      assert_well_formed(&g);
+      size_t edges = 0;
+      for (size_t i = 0; i < g.n_nodes; i++)
+        edges += g.nodes[i].n_to;
+      size_t want_edges = 0;
+      for (int i = 0; i < MN; i++)
+        for (int j = 0; j < MN; j++)
+          want_edges += model[i][j];
+      assert_int_equal(edges, want_edges);
+      ez_graph_free(&g);
+      assert_roundtrip(d);
+    }
+  }
+  ezi_dag_free(d);
+}
+
+/* ---- pickles -------------------------------------------------------------------------------- */
+
+static void test_vectors_exact(void **state) {
+  size_t n;
+  uint8_t *b, *ours;
+  size_t on;
+  ez_graph g;
+  ezi_dag *d = ezi_dag_new();
+  b = load_corpus("empty.bin", &n);
+  assert_int_equal(n, 105);
+  assert_int_equal(ezi_dag_unpickle(b, n, &g), 0);
+  assert_int_equal(g.n_nodes, 0);
+  assert_int_equal(ezi_dag_pickle(d, &ours, &on), 0); /* the very same bytes as Python's */
+  assert_int_equal(on, n);
+  assert_memory_equal(ours, b, n);
+  free(ours);
+  free(b);
+  ezi_dag_free(d);
+  d = make_abc();
+  b = load_corpus("abc.bin", &n);
+  assert_int_equal(n, 136);
+  assert_int_equal(ezi_dag_unpickle(b, n, &g), 0);
+  assert_int_equal(g.n_nodes, 3);
+  assert_string_equal(g.nodes[0].topic, "/a");
+  assert_string_equal(g.nodes[0].to[0], "/b");
+  assert_string_equal(g.nodes[1].to[0], "/c");
+  assert_int_equal(g.nodes[2].n_to, 0);
+  assert_dag_graph(d, &g);
+  ez_graph_free(&g);
+  assert_int_equal(ezi_dag_pickle(d, &ours, &on), 0);
+  assert_int_equal(on, n);
+  assert_memory_equal(ours, b, n);
+  free(ours);
+  free(b);
+  ezi_dag_free(d);
+}
+
+static void test_corpus_large(void **state) {
+  static const char *files[] = {"long300.bin", "star1500.bin", "bigname.bin"};
+  ezi_dag *(*makers[])(void) = {make_long300, make_star1500, make_bigname};
+  for (int i = 0; i < 3; i++) {
+    size_t n;
+    uint8_t *b = load_corpus(files[i], &n);
+    ezi_dag *d = makers[i]();
+    ez_graph g;
+    assert_int_equal(ezi_dag_unpickle(b, n, &g), 0);
+    assert_well_formed(&g);
+    assert_dag_graph(d, &g);
+    ez_graph_free(&g);
+    assert_roundtrip(d);
+    ezi_dag_free(d);
+    free(b);
+  }
+}
+
+static void test_roundtrip_misc(void **state) {
+  ezi_dag *d = ezi_dag_new();
+  assert_roundtrip(d);
+  char a[32];
+  for (int i = 0; i < 1000; i++) { /* 1001 keys: a last batch of one key (SETITEM) */
+    snprintf(a, sizeof(a), "/s/%04d", i);
+    assert_int_equal(ezi_dag_add_edge(d, a, "/zsink"), 0);
+  }
+  assert_int_equal(ezi_dag_add_edge(d, ODD_TOPIC, "/s/0001"), 0);
+  assert_roundtrip(d);
+  uint8_t *b;
+  size_t n;
+  assert_int_equal(ezi_dag_add_edge(d, "/bad\xff", "/a"), 0);
+  assert_int_equal(ezi_dag_pickle(d, &b, &n), EZ_EINVAL); /* Python could not load it */
+  assert_null(b);
+  ezi_dag_free(d);
+  assert_true(ezi_utf8_valid("\xed\xa0\x80", 3)); /* a lone surrogate, as surrogatepass */
+  assert_false(ezi_utf8_valid("\xc0\x80", 2));    /* overlong */
+  assert_false(ezi_utf8_valid("\xf4\x90\x80\x80", 4));
+  assert_false(ezi_utf8_valid("\xe2\x82", 2));
+}
+
+/* Every prefix (all of them for small vectors, a sample for large ones) is EZ_EPROTO. */
+static void test_truncations(void **state) {
+  static const char *files[] = {"empty.bin", "abc.bin", "star1500.bin", "long300.bin",
+                                "bigname.bin"};
+  for (int f = 0; f < 5; f++) {
+    size_t n;
+    uint8_t *b = load_corpus(files[f], &n);
+    for (size_t k = 0; k < n; k++) {
+      if (n > 1000 && k > 300 && k < n - 300 && k % 211) continue;
+      uint8_t *c = malloc(k + 1); /* exact size, so ASan sees any over-read */
+      memcpy(c, b, k);
+      ez_graph g;
+      assert_int_equal(ezi_dag_unpickle(k ? c : NULL, k, &g), EZ_EPROTO);
+      assert_null(g.nodes);
+      free(c);
+    }
+    free(b);
+  }
+}
+
+/* Deterministic random mutations: never a crash or leak; any success is a well-formed graph. */
+static void test_mutations(void **state) {
+  static const char *files[] = {"abc.bin", "empty.bin", "star1500.bin", "bigname.bin"};
+  static const int rounds[] = {4000, 1000, 150, 60};
+  static const uint8_t hot[] = {0x28, 0x2e, 0x29, 0x52, 0x58, 0x62, 0x63, 0x68, 0x6a,
+                                0x73, 0x75, 0x7d, 0x80, 0x81, 0x85, 0x8c, 0x8f, 0x90,
+                                0x93, 0x94, 0x95, 0x00, 0xff, 0x01, 0x04};
+  int ok = 0;
+  for (int f = 0; f < 4; f++) {
+    size_t n;
+    uint8_t *b = load_corpus(files[f], &n);
+    for (int r = 0; r < rounds[f]; r++) {
+      uint8_t *c = malloc(n + 8);
+      memcpy(c, b, n);
+      size_t len = n;
+      int edits = 1 + (int)(rnd() % 4);
+      for (int e = 0; e < edits; e++) {
+        size_t at = (size_t)(rnd() % len);
+        switch (rnd() % 5) {
+        case 0: c[at] ^= (uint8_t)(1u << (rnd() % 8)); break;
+        case 1: c[at] = (uint8_t)rnd(); break;
+        case 2: c[at] = hot[rnd() % sizeof(hot)]; break;
+        case 3: memmove(c + at, c + at + 1, len - at - 1), len--; break; /* delete a byte */
+        default: memmove(c + at + 1, c + at, len - at), c[at] = hot[rnd() % sizeof(hot)], len++;
+        }
+        if (len == 0 || len >= n + 4) break;
+      }
+      ez_graph g;
+      int rc = ezi_dag_unpickle(c, len, &g);
+      assert_true(rc == 0 || rc == EZ_EPROTO);
+      if (rc == 0) assert_well_formed(&g), ok++;
+      ez_graph_free(&g);
+      free(c);
+    }
+    free(b);
+  }
+  print_message("mutations decoded fine: %d\n", ok);
+}
+
+/* A hand-made pickle: the DAG/defaultdict header (memo 0..13, no frame), then `body`, then
+ * "sb." (set the state's graph, build, stop). */
+static const char HDR[] = "\x80\x04\x8c\x0e"
+                          "ezmsg.core.dag\x94\x8c\x03"
+                          "DAG\x94\x93\x94)\x81\x94}\x94\x8c\x05graph\x94\x8c\x0b"
+                          "collections\x94\x8c\x0b"
+                          "defaultdict\x94\x93\x94\x8c\x08"
+                          "builtins\x94\x8c\x03set\x94\x93\x94\x85\x94R\x94";
+
+static int decode_parts(const char *head, size_t hl, const char *body, size_t bl, const char *tail,
+                        ez_graph *g) {
+  size_t tl = strlen(tail), n = hl + bl + tl;
+  uint8_t *b = malloc(n);
+  memcpy(b, head, hl);
+  memcpy(b + hl, body, bl);
+  memcpy(b + hl + bl, tail, tl);
+  int rc = ezi_dag_unpickle(b, n, g);
+  free(b);
+  return rc;
+}
+#define BODY(g, lit) decode_parts(HDR, sizeof(HDR) - 1, lit, sizeof(lit) - 1, "sb.", g)
+
+static void test_malformed(void **state) {
+  ez_graph g;
+  assert_int_equal(BODY(&g, ""), 0); /* the empty graph, unframed */
+  assert_int_equal(g.n_nodes, 0);
+  /* /a -> {/b} with /b not a key: /b becomes a node */
+  assert_int_equal(BODY(&g, "\x8c\x02/a\x8f(\x8c\x02/b\x90s"), 0);
+  assert_int_equal(g.n_nodes, 2);
+  assert_string_equal(g.nodes[0].to[0], "/b");
+  ez_graph_free(&g);
+  /* one set object shared by two keys (memo 14): fine while edges stay below the input size */
+  assert_int_equal(BODY(&g, "(\x8c\x02/a\x8f\x94(\x8c\x02/c\x90\x8c\x02/bh\x0e\x8c\x02/c\x8fu"), 0);
+  assert_int_equal(g.n_nodes, 3);
+  assert_string_equal(g.nodes[1].to[0], "/c");
+  ez_graph_free(&g);
+  assert_int_equal(BODY(&g, "(\x8c\x02/a\x8f\x8c\x02/a\x8fu"), EZ_EPROTO); /* dup key */
+  assert_int_equal(BODY(&g, "\x8c\x02/\xff\x8fs"), EZ_EPROTO);             /* not UTF-8 */
+  assert_int_equal(BODY(&g, "\x8c\x02/\x00\x8fs"), EZ_EPROTO);             /* NUL */
+  assert_int_equal(BODY(&g, "\x8c\x02/a\x8c\x02/bs"), EZ_EPROTO);          /* str value */
+  assert_int_equal(BODY(&g, "(\x8c\x02/a\x8fs"), EZ_EPROTO);               /* open MARK */
+  assert_int_equal(BODY(&g, "(\x8c\x02/a\x8f\x8c\x02/bu"), EZ_EPROTO);     /* odd items */
+  assert_int_equal(BODY(&g, "\x8c\x02/a\x8f(\x8f\x90s"), EZ_EPROTO);       /* set in set */
+  assert_int_equal(BODY(&g, "h\x0e"), EZ_EPROTO);                          /* no memo 14 */
+  assert_int_equal(BODY(&g, "j\x00\x00\x00\x01"), EZ_EPROTO);
+  assert_int_equal(BODY(&g, "\x8c\x02/a"), EZ_EPROTO);                           /* extra item */
+  assert_int_equal(BODY(&g, "X\xff\xff\xff\xff/a"), EZ_EPROTO);                  /* huge */
+  assert_int_equal(BODY(&g, "X\x00\x00\x10\x00"), EZ_EPROTO);                    /* > input */
+  assert_int_equal(BODY(&g, "\x95\xff\xff\xff\xff\xff\xff\xff\xff"), EZ_EPROTO); /* frame */
+  assert_int_equal(BODY(&g, "\x95\x03\0\0\0\0\0\0\0"), 0); /* a frame around "sb." */
+  ez_graph_free(&g);
+  /* a new frame before the current one ends */
+  assert_int_equal(BODY(&g, "\x95\x0c\0\0\0\0\0\0\0\x95\0\0\0\0\0\0\0\0"), EZ_EPROTO);
+  assert_int_equal(BODY(&g, "\x95\x03\0\0\0\0\0\0\0\x8c\x02/a\x8fs"), EZ_EPROTO); /* op spans */
+  assert_int_equal(BODY(&g, "\x80\x04"), EZ_EPROTO);                              /* 2nd PROTO */
+  assert_int_equal(decode_parts(HDR, sizeof(HDR) - 1, "", 0, "sb..", &g), EZ_EPROTO); /* trailing */
+  assert_int_equal(decode_parts("\x80\x03", 2, HDR + 2, sizeof(HDR) - 3, "sb.", &g), EZ_EPROTO);
+  assert_int_equal(decode_parts(HDR, sizeof(HDR) - 1, "", 0, "b.", &g), EZ_EPROTO); /* no graph */
+  assert_int_equal(decode_parts(HDR, sizeof(HDR) - 1, "", 0, ".", &g), EZ_EPROTO);
+  /* many keys sharing one big set: more edges than input bytes */
+  char body[4096];
+  size_t bl = 0;
+  memcpy(body + bl, "(\x8c\x02k0\x8f\x94(", 8), bl += 8;
+  for (int i = 0; i < 40; i++)
+    bl += (size_t)sprintf(body + bl, "\x8c\x03t%02d", i);
+  body[bl++] = (char)0x90;
+  for (int i = 1; i < 200; i++)
+    bl += (size_t)sprintf(body + bl, "\x8c\x04k%03dh\x0e", i);
+  body[bl++] = 'u';
+  assert_int_equal(decode_parts(HDR, sizeof(HDR) - 1, body, bl, "sb.", &g), EZ_EPROTO);
+  /* unknown opcodes anywhere before STOP */
+  static const uint8_t known[] = {0x28, 0x2e, 0x29, 0x52, 0x58, 0x62, 0x63, 0x68, 0x6a, 0x73, 0x75,
+                                  0x7d, 0x80, 0x81, 0x85, 0x8c, 0x8f, 0x90, 0x93, 0x94, 0x95};
+  for (int op = 0; op < 256; op++) {
+    if (memchr(known, op, sizeof(known))) continue;
+    char o = (char)op;
+    assert_int_equal(decode_parts(HDR, sizeof(HDR) - 1, &o, 1, "sb.", &g), EZ_EPROTO);
+  }
+}
+
+static void test_globals(void **state) {
+  ez_graph g;
+  /* the GLOBAL ('c') form of the empty DAG */
+  static const char cform[] = "\x80\x04"
+                              "cezmsg.core.dag\nDAG\n)\x81}\x8c\x05graph"
+                              "ccollections\ndefaultdict\ncbuiltins\nset\n\x85R";
+  assert_int_equal(decode_parts(cform, sizeof(cform) - 1, "", 0, "sb.", &g), 0);
+  static const char *bad[] = {
+      "\x80\x04"
+      "cos\nsystem\n)\x81}\x8c\x05graph",
+      "\x80\x04"
+      "cezmsg.core.dag\nDAX\n)\x81}\x8c\x05graph",
+      "\x80\x04"
+      "cezmsg.core.dag\nDAG",
+      "\x80\x04\x8c\x05posix\x8c\x06system\x93)\x81}\x8c\x05graph",
+      "\x80\x04\x8c\x08"
+      "builtins\x8c\x04"
+      "eval\x93)\x81}\x8c\x05graph",
+      "\x80\x04\x8c\x0e"
+      "ezmsg.core.dag\x8c\x03"
+      "DAG\x93(\x81}\x8c\x05graph", /* NEWOBJ args not a tuple */
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+    char buf[256];
+    int n =
+        snprintf(buf, sizeof(buf), "%sccollections\ndefaultdict\ncbuiltins\nset\n\x85R", bad[i]);
+    assert_int_equal(decode_parts(buf, (size_t)n, "", 0, "sb.", &g), EZ_EPROTO);
+  }
+  /* defaultdict(list) and set(...) are not ours */
+  static const char dl[] = "\x80\x04"
+                           "cezmsg.core.dag\nDAG\n)\x81}\x8c\x05graph"
+                           "ccollections\ndefaultdict\ncbuiltins\nlist\n\x85R";
+  assert_int_equal(decode_parts(dl, sizeof(dl) - 1, "", 0, "sb.", &g), EZ_EPROTO);
+  static const char sr[] = "\x80\x04"
+                           "cezmsg.core.dag\nDAG\n)\x81}\x8c\x05graph"
+                           "cbuiltins\nset\n)R";
+  assert_int_equal(decode_parts(sr, sizeof(sr) - 1, "", 0, "sb.", &g), EZ_EPROTO);
+}
+
+/* ---- text formats --------------------------------------------------------------------------- */
+
+static void test_formats(void **state) {
+  ezi_dag *d = make_abc();
+  assert_int_equal(ezi_dag_add_edge(d, "/sys/u/in", "/sys/u/out"), 0);
+  assert_int_equal(ezi_dag_add_edge(d, "/sys/x", "/a"), 0);
+  assert_int_equal(ezi_dag_add_edge(d, "/q\"x\\y", "/a"), 0);
+  ez_graph g;
+  assert_int_equal(ezi_dag_export(d, &g), 0);
+  char *s = ez_graph_format(&g, "graphviz");
+  assert_non_null(s);
+  static const char *dot[] = {"digraph EZ {\n",
+                              "  rankdir=\"LR\";\n",
+                              "  \"/a\";\n",
+                              "  \"/a\" -> \"/b\";\n",
+                              "  subgraph \"cluster_/sys\" {\n",
+                              "    label=\"sys\";\n",
+                              "      \"/sys/u/in\";\n",
+                              "  \"/q\\\"x\\\\y\" -> \"/a\";\n",
+                              "  \"/sys/u/in\" -> \"/sys/u/out\";\n"};
+  for (size_t i = 0; i < sizeof(dot) / sizeof(*dot); i++)
+    if (!strstr(s, dot[i])) fail_msg("graphviz lacks %s in:\n%s", dot[i], s);
+  assert_string_equal(s + strlen(s) - 2, "}\n");
+  free(s);
+  s = ez_graph_format(&g, "mermaid");
+  assert_non_null(s);
+  /* ids follow sorted order: /a /b /c /q"x\y /sys/u/in /sys/u/out /sys/x */
+  static const char *mmd[] = {"flowchart LR\n",
+                              "  n0[\"/a\"]\n",
+                              "  n0 --> n1\n",
+                              "  n1 --> n2\n",
+                              "  n3[\"/q#quot;x\\y\"]\n",
+                              "  n3 --> n0\n",
+                              "  subgraph c0 [\"sys\"]\n",
+                              "    subgraph c1 [\"u\"]\n",
+                              "      n4[\"/sys/u/in\"]\n",
+                              "    end\n",
+                              "  n4 --> n5\n",
+                              "  n6 --> n0\n"};
+  for (size_t i = 0; i < sizeof(mmd) / sizeof(*mmd); i++)
+    if (!strstr(s, mmd[i])) fail_msg("mermaid lacks %s in:\n%s", mmd[i], s);
+  free(s);
+  assert_null(ez_graph_format(&g, "svg"));
+  assert_null(ez_graph_format(&g, NULL));
+  ez_graph_free(&g);
+  ezi_dag_free(d);
+  ez_graph empty = {0};
+  s = ez_graph_format(&empty, "graphviz");
+  assert_string_equal(s, "digraph EZ {\n  rankdir=\"LR\";\n}\n");
+  free(s);
+  s = ez_graph_format(&empty, "mermaid");
+  assert_string_equal(s, "flowchart LR\n");
+  free(s);
+  /* a hand-made graph: unsorted, with a target that is not a node */
+  char *to[] = {"/m"};
+  ez_graph_node nodes[] = {{"/z", 1, to}, {"/b", 0, NULL}};
+  ez_graph hand = {2, nodes};
+  s = ez_graph_format(&hand, "mermaid");
+  assert_non_null(strstr(s, "n2 --> n1\n"));
+  free(s);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_add_remove_prune), cmocka_unit_test(test_cycles),
+      cmocka_unit_test(test_reaches),          cmocka_unit_test(test_model),
+      cmocka_unit_test(test_vectors_exact),    cmocka_unit_test(test_corpus_large),
+      cmocka_unit_test(test_roundtrip_misc),   cmocka_unit_test(test_truncations),
+      cmocka_unit_test(test_mutations),        cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_globals),          cmocka_unit_test(test_formats),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

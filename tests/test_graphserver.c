@@ -1,0 +1,892 @@
+/* The graph server, run as a real `ezmsg serve` process: the one-shot graph calls, and the
+ * long-lived registrations (subscribers, publishers, channels, leases) spoken by hand over raw
+ * sockets, byte for byte as protocol.md describes them.
+ *
+ * Every test starts its own server on a free 127.0.0.1 port (fixture) and stops it by pid with
+ * SIGTERM at the end, expecting exit status 0. */
+#include "harness.h"
+#include "shm.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TMO 5000 /* generous timeout for anything that should be quick (ms) */
+
+enum {
+  COMPLETE = 0, PUBLISH = 1, SUBSCRIBE = 2, CONNECT = 3, DISCONNECT = 4, CYCLIC = 5, PAUSE = 6,
+  SYNC = 7, RESUME = 8, UPDATE = 9, DAG = 10, SHM_CREATE = 15, SHM_ATTACH = 16, SHUTDOWN = 17,
+  CHANNEL = 18, PROFILE = 21, PROFILE_DATA = 22,
+};
+
+/* ---- fixture: one `ezmsg serve` per test ------------------------------------------------------ */
+
+typedef struct fixture {
+  char addr[64];
+  pid_t pid; /* 0 once the test has reaped it itself */
+} fixture;
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  if (!f) return -1;
+  th_free_address(f->addr, sizeof f->addr);
+  f->pid = th_start_server(f->addr);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  int rc = 0;
+  if (f->pid > 0) {
+    int st = th_stop(f->pid, SIGTERM, TMO);
+    if (st != 0) {
+      print_error("server at %s: exit status %d after SIGTERM (want 0)\n", f->addr, st);
+      rc = -1;
+    }
+  }
+  free(f);
+  return rc;
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* ---- raw protocol helpers ---------------------------------------------------------------------- */
+
+/* A blocking TCP connection to the server (no version read yet). */
+static int raw_open(const char *addr) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)atoi(strrchr(addr, ':') + 1)),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+/* Reads exactly n bytes within timeout_ms. 0 ok, -1 timeout, -2 EOF (or reset), -3 error. */
+static int rd_exact(int fd, void *buf, size_t n, int timeout_ms) {
+  uint8_t *p = buf;
+  int64_t deadline = now_ms() + timeout_ms;
+  while (n) {
+    int left = (int)(deadline - now_ms());
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    int r = left > 0 ? poll(&pf, 1, left) : 0;
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -3;
+    if (r == 0) return -1;
+    ssize_t k = recv(fd, p, n, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k == 0 || (k < 0 && errno == ECONNRESET)) return -2;
+    if (k < 0) return -3;
+    p += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+static void wr(int fd, const void *p, size_t n) {
+  const uint8_t *b = p;
+  while (n) {
+    ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    assert_true(k > 0);
+    b += k;
+    n -= (size_t)k;
+  }
+}
+
+static void put_u64le(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void wr_u8(int fd, uint8_t v) { wr(fd, &v, 1); }
+static void wr_u64(int fd, uint64_t v) {
+  uint8_t b[8];
+  put_u64le(b, v);
+  wr(fd, b, 8);
+}
+static void wr_str(int fd, const char *s) {
+  wr_u64(fd, strlen(s));
+  wr(fd, s, strlen(s));
+}
+/* A command with up to two string arguments, in one write. */
+static void wr_cmd(int fd, uint8_t cmd, const char *a, const char *b) {
+  size_t na = a ? strlen(a) : 0, nb = b ? strlen(b) : 0, n = 1;
+  uint8_t *m = malloc(1 + 16 + na + nb);
+  assert_non_null(m);
+  m[0] = cmd;
+  if (a) {
+    put_u64le(m + n, na);
+    memcpy(m + n + 8, a, na);
+    n += 8 + na;
+  }
+  if (b) {
+    put_u64le(m + n, nb);
+    memcpy(m + n + 8, b, nb);
+    n += 8 + nb;
+  }
+  wr(fd, m, n);
+  free(m);
+}
+
+static uint8_t rd_u8(int fd) {
+  uint8_t v = 0xff;
+  assert_int_equal(rd_exact(fd, &v, 1, TMO), 0);
+  return v;
+}
+
+static uint64_t rd_u64(int fd) {
+  uint8_t b[8];
+  assert_int_equal(rd_exact(fd, b, 8, TMO), 0);
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | b[i];
+  return v;
+}
+
+/* Reads a str into out (cap bytes incl. NUL); returns its length. */
+static size_t rd_str(int fd, char *out, size_t cap) {
+  uint64_t n = rd_u64(fd);
+  assert_true(n < cap);
+  assert_int_equal(rd_exact(fd, out, (size_t)n, TMO), 0);
+  out[n] = 0;
+  return (size_t)n;
+}
+
+static void expect_u8(int fd, uint8_t want) { assert_int_equal(rd_u8(fd), want); }
+
+static void expect_str(int fd, const char *want) {
+  char buf[512];
+  rd_str(fd, buf, sizeof buf);
+  assert_string_equal(buf, want);
+}
+
+/* Connects and reads the server's version string. */
+static int raw_connect(const char *addr) {
+  int fd = raw_open(addr);
+  expect_str(fd, EZ_VERSION);
+  return fd;
+}
+
+/* True if the peer closes (EOF or reset) within timeout_ms without sending anything. */
+static bool closed_silently(int fd, int timeout_ms) {
+  uint8_t b;
+  return rd_exact(fd, &b, 1, timeout_ms) == -2;
+}
+
+/* True if nothing arrives (and the connection stays open) for ms. */
+static bool quiet_for(int fd, int ms) {
+  uint8_t b;
+  return rd_exact(fd, &b, 1, ms) == -1;
+}
+
+static bool is_uuid(const char *s) {
+  if (strlen(s) != 36) return false;
+  for (int i = 0; i < 36; i++) {
+    bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash ? s[i] != '-' : !strchr("0123456789abcdef", s[i])) return false;
+  }
+  return true;
+}
+
+/* Registers a fake subscriber on topic: SUBSCRIBE -> sub_id -> UPDATE ids -> COMPLETE ->
+ * COMPLETE. ids receives the first UPDATE's publisher list. */
+static int fake_sub(const char *addr, const char *topic, char id[37], char *ids, size_t cap) {
+  int fd = raw_connect(addr);
+  wr_cmd(fd, SUBSCRIBE, topic, NULL);
+  rd_str(fd, id, 37);
+  assert_true(is_uuid(id));
+  expect_u8(fd, UPDATE);
+  rd_str(fd, ids, cap);
+  wr_u8(fd, COMPLETE);
+  expect_u8(fd, COMPLETE);
+  return fd;
+}
+
+/* Starts registering a fake publisher: PUBLISH -> pub_id -> address. The caller lets the
+ * downstream subscribers answer their UPDATEs, then reads the publisher's COMPLETE. */
+static int fake_pub_begin(const char *addr, const char *topic, const char *chan_addr,
+                          char id[37]) {
+  int fd = raw_connect(addr);
+  wr_cmd(fd, PUBLISH, topic, NULL);
+  rd_str(fd, id, 37);
+  assert_true(is_uuid(id));
+  wr_str(fd, chan_addr);
+  return fd;
+}
+
+/* A fake publisher with no subscribers downstream: registered at once. */
+static int fake_pub(const char *addr, const char *topic, char id[37]) {
+  int fd = fake_pub_begin(addr, topic, "127.0.0.1:45678", id);
+  expect_u8(fd, COMPLETE);
+  return fd;
+}
+
+/* The subscriber side of an UPDATE: reads it (ids into buf) and answers COMPLETE. */
+static void sub_update(int fd, char *ids, size_t cap) {
+  expect_u8(fd, UPDATE);
+  rd_str(fd, ids, cap);
+  wr_u8(fd, COMPLETE);
+}
+
+/* ---- graph helpers ------------------------------------------------------------------------------ */
+
+static const ez_graph_node *find_node(const ez_graph *g, const char *topic) {
+  for (size_t i = 0; i < g->n_nodes; i++)
+    if (strcmp(g->nodes[i].topic, topic) == 0) return &g->nodes[i];
+  return NULL;
+}
+
+static bool has_edge(const ez_graph *g, const char *from, const char *to) {
+  const ez_graph_node *n = find_node(g, from);
+  if (!n) return false;
+  for (size_t i = 0; i < n->n_to; i++)
+    if (strcmp(n->to[i], to) == 0) return true;
+  return false;
+}
+
+static size_t n_edges(const ez_graph *g) {
+  size_t e = 0;
+  for (size_t i = 0; i < g->n_nodes; i++) e += g->nodes[i].n_to;
+  return e;
+}
+
+/* ---- tests ------------------------------------------------------------------------------------ */
+
+static void test_version_ping(void **state) {
+  fixture *f = *state;
+  char ver[32] = "";
+  assert_int_equal(ez_graph_ping(f->addr, ver, sizeof ver, TMO), 0);
+  assert_string_equal(ver, "3.6.2");
+  /* A raw connection gets the same version string first; hanging up right away is a ping. */
+  int fd = raw_connect(f->addr);
+  close(fd);
+  assert_int_equal(ez_graph_ping(f->addr, NULL, 0, TMO), 0);
+}
+
+static void test_connect_disconnect_prune(void **state) {
+  fixture *f = *state;
+  ez_graph g;
+  assert_int_equal(ez_graph_dag(f->addr, &g, TMO), 0);
+  assert_int_equal(g.n_nodes, 0);
+  ez_graph_free(&g);
+
+  assert_int_equal(ez_graph_connect(f->addr, "/a", "/b", TMO), 0);
+  assert_int_equal(ez_graph_connect(f->addr, "/b", "/c", TMO), 0);
+  assert_int_equal(ez_graph_connect(f->addr, "/a", "/b", TMO), 0); /* again: no change */
+  assert_int_equal(ez_graph_dag(f->addr, &g, TMO), 0);
+  assert_int_equal(g.n_nodes, 3);
+  assert_int_equal(n_edges(&g), 2);
+  assert_true(has_edge(&g, "/a", "/b"));
+  assert_true(has_edge(&g, "/b", "/c"));
+  ez_graph_free(&g);
+
+  /* Cycles: a self edge, a two-edge and a three-edge cycle; the graph stays as it was. */
+  assert_int_equal(ez_graph_connect(f->addr, "/x", "/x", TMO), EZ_ECYCLIC);
+  assert_int_equal(ez_graph_connect(f->addr, "/b", "/b", TMO), EZ_ECYCLIC);
+  assert_int_equal(ez_graph_connect(f->addr, "/b", "/a", TMO), EZ_ECYCLIC);
+  assert_int_equal(ez_graph_connect(f->addr, "/c", "/a", TMO), EZ_ECYCLIC);
+  assert_int_equal(ez_graph_dag(f->addr, &g, TMO), 0);
+  assert_int_equal(g.n_nodes, 3);
+  assert_int_equal(n_edges(&g), 2);
+  assert_null(find_node(&g, "/x"));
+  ez_graph_free(&g);
+
+  /* Absent edges (between known and unknown topics) are fine to remove. */
+  assert_int_equal(ez_graph_disconnect(f->addr, "/q", "/r", TMO), 0);
+  assert_int_equal(ez_graph_disconnect(f->addr, "/b", "/a", TMO), 0);
+  assert_int_equal(ez_graph_dag(f->addr, &g, TMO), 0);
+  assert_int_equal(g.n_nodes, 3);
+  assert_null(find_node(&g, "/q"));
+  ez_graph_free(&g);
+
+  /* Removing /b -> /c leaves /c unconnected: pruned. */
+  assert_int_equal(ez_graph_disconnect(f->addr, "/b", "/c", TMO), 0);
+  assert_int_equal(ez_graph_dag(f->addr, &g, TMO), 0);
+  assert_int_equal(g.n_nodes, 2);
+  assert_true(has_edge(&g, "/a", "/b"));
+  assert_null(find_node(&g, "/c"));
+  ez_graph_free(&g);
+  /* With /b -> /c gone, /c -> /a is no longer a cycle. */
+  assert_int_equal(ez_graph_connect(f->addr, "/c", "/a", TMO), 0);
+  assert_int_equal(ez_graph_disconnect(f->addr, "/c", "/a", TMO), 0);
+  assert_int_equal(ez_graph_disconnect(f->addr, "/a", "/b", TMO), 0);
+  assert_int_equal(ez_graph_dag(f->addr, &g, TMO), 0);
+  assert_int_equal(g.n_nodes, 0);
+  ez_graph_free(&g);
+
+  /* Over a raw connection: CONNECT answers COMPLETE / CYCLIC, then the server hangs up. */
+  int fd = raw_connect(f->addr);
+  wr_cmd(fd, CONNECT, "/r1", "/r2");
+  expect_u8(fd, COMPLETE);
+  assert_true(closed_silently(fd, TMO));
+  close(fd);
+  fd = raw_connect(f->addr);
+  wr_cmd(fd, CONNECT, "/r2", "/r1");
+  expect_u8(fd, CYCLIC);
+  assert_true(closed_silently(fd, TMO));
+  close(fd);
+  /* DAG over a raw connection: DAG, u64 n, n bytes (a pickle), COMPLETE. */
+  fd = raw_connect(f->addr);
+  wr_u8(fd, DAG);
+  expect_u8(fd, DAG);
+  uint64_t n = rd_u64(fd);
+  assert_true(n > 2 && n < 4096);
+  uint8_t pk[4096];
+  assert_int_equal(rd_exact(fd, pk, (size_t)n, TMO), 0);
+  assert_int_equal(pk[0], 0x80); /* PROTO */
+  assert_int_equal(pk[n - 1], '.'); /* STOP */
+  expect_u8(fd, COMPLETE);
+  close(fd);
+}
+
+static void test_shutdown_request(void **state) {
+  fixture *f = *state;
+  assert_int_equal(ez_graph_shutdown(f->addr, TMO), 0);
+  assert_int_equal(th_wait_exit(f->pid, TMO), 0);
+  f->pid = 0;
+  assert_int_equal(ez_graph_ping(f->addr, NULL, 0, 1000), EZ_ENOSERVER);
+}
+
+/* A fake subscriber, a fake publisher on its topic, a channel for that publisher, then the
+ * publisher leaves. */
+static void test_raw_sub_pub_channel(void **state) {
+  fixture *f = *state;
+  char sub_id[37], pub_id[37], ids[512];
+  int sub = fake_sub(f->addr, "/t", sub_id, ids, sizeof ids);
+  assert_string_equal(ids, "");
+
+  int pub = fake_pub_begin(f->addr, "/t", "127.0.0.1:45678", pub_id);
+  assert_string_not_equal(pub_id, sub_id);
+  expect_u8(sub, UPDATE);
+  rd_str(sub, ids, sizeof ids);
+  assert_string_equal(ids, pub_id);
+  /* The publisher's COMPLETE waits for the subscriber's. */
+  assert_true(quiet_for(pub, 200));
+  wr_u8(sub, COMPLETE);
+  expect_u8(pub, COMPLETE);
+
+  /* CHANNEL for that publisher: COMPLETE, channel id, the publisher's address. */
+  int chan = raw_connect(f->addr);
+  wr_cmd(chan, CHANNEL, pub_id, NULL);
+  expect_u8(chan, COMPLETE);
+  char chan_id[64];
+  rd_str(chan, chan_id, sizeof chan_id);
+  assert_true(is_uuid(chan_id));
+  assert_string_not_equal(chan_id, pub_id);
+  expect_str(chan, "127.0.0.1:45678");
+
+  /* A second subscriber on the same topic sees the publisher at once. */
+  char sub2_id[37];
+  int sub2 = fake_sub(f->addr, "/t", sub2_id, ids, sizeof ids);
+  assert_string_equal(ids, pub_id);
+  /* ...and a subscriber elsewhere does not. */
+  char sub3_id[37];
+  int sub3 = fake_sub(f->addr, "/elsewhere", sub3_id, ids, sizeof ids);
+  assert_string_equal(ids, "");
+
+  /* The publisher leaves: its subscribers get UPDATE "" (our extension), the other nothing. */
+  close(pub);
+  sub_update(sub, ids, sizeof ids);
+  assert_string_equal(ids, "");
+  sub_update(sub2, ids, sizeof ids);
+  assert_string_equal(ids, "");
+  assert_true(quiet_for(sub3, 200));
+  /* The channel is not told anything by the server (it would notice on the data plane). */
+  assert_true(quiet_for(chan, 100));
+
+  /* A CHANNEL for the departed publisher: closed without an answer. */
+  int chan2 = raw_connect(f->addr);
+  wr_cmd(chan2, CHANNEL, pub_id, NULL);
+  assert_true(closed_silently(chan2, TMO));
+  close(chan2);
+
+  close(chan);
+  close(sub);
+  close(sub2);
+  close(sub3);
+}
+
+/* Two publishers, one subscriber: UPDATE lists both, comma-joined. */
+static void test_update_lists_all_publishers(void **state) {
+  fixture *f = *state;
+  char sub_id[37], p1[37], p2[37], ids[512];
+  int sub = fake_sub(f->addr, "/m", sub_id, ids, sizeof ids);
+  int a = fake_pub_begin(f->addr, "/m", "127.0.0.1:40001", p1);
+  sub_update(sub, ids, sizeof ids);
+  assert_string_equal(ids, p1);
+  expect_u8(a, COMPLETE);
+  int b = fake_pub_begin(f->addr, "/m", "127.0.0.1:40002", p2);
+  sub_update(sub, ids, sizeof ids);
+  assert_int_equal(strlen(ids), 73);
+  assert_int_equal(ids[36], ',');
+  assert_non_null(strstr(ids, p1));
+  assert_non_null(strstr(ids, p2));
+  expect_u8(b, COMPLETE);
+  /* A publisher whose channel address is not host:port breaks the protocol: closed. */
+  int bad = raw_connect(f->addr);
+  char bad_id[37];
+  wr_cmd(bad, PUBLISH, "/m", NULL);
+  rd_str(bad, bad_id, sizeof bad_id);
+  wr_str(bad, "no port here");
+  assert_true(closed_silently(bad, TMO));
+  close(bad);
+  assert_true(quiet_for(sub, 100)); /* it never counted as a publisher */
+  close(a);
+  sub_update(sub, ids, sizeof ids);
+  assert_string_equal(ids, p2);
+  close(b);
+  sub_update(sub, ids, sizeof ids);
+  assert_string_equal(ids, "");
+  close(sub);
+}
+
+typedef struct edge_call {
+  const char *addr, *from, *to;
+  bool connect;
+  int rc;
+  atomic_int done;
+} edge_call;
+
+static void *edge_thread(void *arg) {
+  edge_call *e = arg;
+  e->rc = e->connect ? ez_graph_connect(e->addr, e->from, e->to, 20000)
+                     : ez_graph_disconnect(e->addr, e->from, e->to, 20000);
+  atomic_store(&e->done, 1);
+  return NULL;
+}
+
+/* Publisher on /a, subscriber on /b: connecting /a -> /b routes the publisher to the subscriber,
+ * and the CONNECT is answered only after the subscriber has acknowledged its UPDATE. */
+static void test_edge_routing(void **state) {
+  fixture *f = *state;
+  char sub_id[37], pub_id[37], ids[512];
+  int pub = fake_pub(f->addr, "/a", pub_id);
+  int sub = fake_sub(f->addr, "/b", sub_id, ids, sizeof ids);
+  assert_string_equal(ids, "");
+
+  edge_call e = {.addr = f->addr, .from = "/a", .to = "/b", .connect = true};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, edge_thread, &e), 0);
+  expect_u8(sub, UPDATE);
+  rd_str(sub, ids, sizeof ids);
+  assert_string_equal(ids, pub_id);
+  sleep_ms(300); /* the connect must still be waiting for us */
+  assert_int_equal(atomic_load(&e.done), 0);
+  wr_u8(sub, COMPLETE);
+  pthread_join(t, NULL);
+  assert_int_equal(e.rc, 0);
+
+  /* Longer chain: /a -> /b -> /c; a subscriber on /c sees the publisher on /a. */
+  char sub_c_id[37];
+  int sub_c = fake_sub(f->addr, "/c", sub_c_id, ids, sizeof ids);
+  assert_string_equal(ids, "");
+  edge_call e2 = {.addr = f->addr, .from = "/b", .to = "/c", .connect = true};
+  assert_int_equal(pthread_create(&t, NULL, edge_thread, &e2), 0);
+  sub_update(sub_c, ids, sizeof ids);
+  assert_string_equal(ids, pub_id);
+  pthread_join(t, NULL);
+  assert_int_equal(e2.rc, 0);
+  assert_true(quiet_for(sub, 100)); /* /b is upstream of the change: not told */
+
+  /* Disconnect /a -> /b: both downstream subscribers get UPDATE "", answered before COMPLETE. */
+  edge_call e3 = {.addr = f->addr, .from = "/a", .to = "/b", .connect = false};
+  assert_int_equal(pthread_create(&t, NULL, edge_thread, &e3), 0);
+  expect_u8(sub, UPDATE);
+  rd_str(sub, ids, sizeof ids);
+  assert_string_equal(ids, "");
+  sub_update(sub_c, ids, sizeof ids);
+  assert_string_equal(ids, "");
+  sleep_ms(200);
+  assert_int_equal(atomic_load(&e3.done), 0);
+  wr_u8(sub, COMPLETE);
+  pthread_join(t, NULL);
+  assert_int_equal(e3.rc, 0);
+
+  /* A subscriber that leaves instead of answering also lets the request finish. */
+  edge_call e4 = {.addr = f->addr, .from = "/a", .to = "/b", .connect = true};
+  assert_int_equal(pthread_create(&t, NULL, edge_thread, &e4), 0);
+  expect_u8(sub, UPDATE);
+  rd_str(sub, ids, sizeof ids);
+  sub_update(sub_c, ids, sizeof ids);
+  assert_string_equal(ids, pub_id);
+  close(sub);
+  pthread_join(t, NULL);
+  assert_int_equal(e4.rc, 0);
+
+  close(sub_c);
+  close(pub);
+}
+
+static json_t *load_json(const char *text) {
+  json_error_t err;
+  json_t *doc = json_loads(text, 0, &err);
+  if (!doc) fail_msg("bad JSON (%s): %s", err.text, text);
+  return doc;
+}
+
+static void test_profile_empty(void **state) {
+  fixture *f = *state;
+  char *text = NULL;
+  assert_int_equal(ez_profile(f->addr, 2.0, &text, TMO), 0);
+  assert_non_null(text);
+  json_t *doc = load_json(text);
+  assert_true(json_is_object(doc));
+  json_t *w = json_object_get(doc, "window_s");
+  assert_true(json_is_number(w));
+  assert_true(json_number_value(w) > 1.99 && json_number_value(w) < 2.01);
+  assert_true(json_is_array(json_object_get(doc, "publishers")));
+  assert_int_equal(json_array_size(json_object_get(doc, "publishers")), 0);
+  assert_true(json_is_array(json_object_get(doc, "channels")));
+  assert_int_equal(json_array_size(json_object_get(doc, "channels")), 0);
+  json_decref(doc);
+  free(text);
+  /* The parser accepts it too. */
+  assert_int_equal(ez_profile(f->addr, 0.5, &text, TMO), 0);
+  ez_profile_data pd;
+  assert_int_equal(ez_profile_parse(text, &pd), 0);
+  assert_int_equal(pd.n_publishers, 0);
+  assert_int_equal(pd.n_channels, 0);
+  assert_true(pd.window_s > 0.49 && pd.window_s < 0.51);
+  ez_profile_data_free(&pd);
+  free(text);
+}
+
+typedef struct profile_call {
+  const char *addr;
+  int rc;
+  char *json;
+  int64_t elapsed_ms;
+} profile_call;
+
+static void *profile_thread(void *arg) {
+  profile_call *p = arg;
+  int64_t t0 = now_ms();
+  p->rc = ez_profile(p->addr, 2.0, &p->json, 10000);
+  p->elapsed_ms = now_ms() - t0;
+  return NULL;
+}
+
+/* Reads a PROFILE request on a registered client; returns its window_ms. */
+static uint64_t read_profile_req(int fd) {
+  expect_u8(fd, PROFILE);
+  return rd_u64(fd);
+}
+
+static void send_profile_data(int fd, const char *json) {
+  wr_u8(fd, PROFILE_DATA);
+  wr_str(fd, json);
+}
+
+/* Three publishers and a channel: one publisher answers, one never does, one disconnects
+ * mid-request; the channel answers without a topic (the server adds it). */
+static void test_profile_partial_answers(void **state) {
+  fixture *f = *state;
+  char good_id[37], silent_id[37], gone_id[37], json[1024];
+  int good = fake_pub(f->addr, "/p/good", good_id);
+  int silent = fake_pub(f->addr, "/p/silent", silent_id);
+  int gone = fake_pub(f->addr, "/p/gone", gone_id);
+  int chan = raw_connect(f->addr);
+  wr_cmd(chan, CHANNEL, good_id, NULL);
+  expect_u8(chan, COMPLETE);
+  char chan_id[64], paddr[64];
+  rd_str(chan, chan_id, sizeof chan_id);
+  rd_str(chan, paddr, sizeof paddr);
+
+  profile_call p = {.addr = f->addr};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, profile_thread, &p), 0);
+  assert_int_equal(read_profile_req(good), 2000);
+  assert_int_equal(read_profile_req(silent), 2000);
+  assert_int_equal(read_profile_req(gone), 2000);
+  assert_int_equal(read_profile_req(chan), 2000);
+  snprintf(json, sizeof json,
+           "{\"type\":\"publisher\",\"id\":\"%s\",\"topic\":\"/p/good\",\"pid\":%d,"
+           "\"num_buffers\":32,\"window_s\":2.0,\"message_rate_hz\":1.5}",
+           good_id, (int)getpid());
+  send_profile_data(good, json);
+  snprintf(json, sizeof json,
+           "{\"type\":\"channel\",\"channel_id\":\"%s\",\"pub_id\":\"%s\",\"pid\":%d,"
+           "\"num_buffers\":32,\"mode\":\"tcp\",\"window_s\":2.0,\"in_flight\":0,"
+           "\"subscribers\":[]}",
+           chan_id, good_id, (int)getpid());
+  send_profile_data(chan, json);
+  close(gone);
+  pthread_join(t, NULL);
+  assert_int_equal(p.rc, 0);
+  /* The server waits at most 1 s for the silent one. */
+  assert_true(p.elapsed_ms < 1500);
+
+  json_t *doc = load_json(p.json);
+  json_t *pubs = json_object_get(doc, "publishers"), *chans = json_object_get(doc, "channels");
+  assert_int_equal(json_array_size(pubs), 1);
+  json_t *p0 = json_array_get(pubs, 0);
+  assert_string_equal(json_string_value(json_object_get(p0, "id")), good_id);
+  assert_string_equal(json_string_value(json_object_get(p0, "type")), "publisher");
+  assert_true(json_number_value(json_object_get(p0, "message_rate_hz")) == 1.5);
+  assert_int_equal(json_array_size(chans), 1);
+  json_t *c0 = json_array_get(chans, 0);
+  assert_string_equal(json_string_value(json_object_get(c0, "channel_id")), chan_id);
+  assert_string_equal(json_string_value(json_object_get(c0, "topic")), "/p/good");
+  json_decref(doc);
+  free(p.json);
+
+  /* A late answer from the silent one is ignored; the next profile works and counts it. */
+  send_profile_data(silent, "{\"type\":\"publisher\",\"id\":\"late\"}");
+  p = (profile_call){.addr = f->addr};
+  assert_int_equal(pthread_create(&t, NULL, profile_thread, &p), 0);
+  read_profile_req(good);
+  read_profile_req(silent);
+  read_profile_req(chan);
+  snprintf(json, sizeof json, "{\"type\":\"publisher\",\"id\":\"%s\"}", silent_id);
+  send_profile_data(silent, json);
+  /* A publisher that answers with the wrong type of document is left out. */
+  send_profile_data(good, "{\"type\":\"channel\"}");
+  send_profile_data(chan, "not json");
+  pthread_join(t, NULL);
+  assert_int_equal(p.rc, 0);
+  doc = load_json(p.json);
+  pubs = json_object_get(doc, "publishers");
+  assert_int_equal(json_array_size(pubs), 1);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(pubs, 0), "id")),
+                      silent_id);
+  assert_int_equal(json_array_size(json_object_get(doc, "channels")), 0);
+  json_decref(doc);
+  free(p.json);
+  /* Everybody is still registered: a SYNC-free check through PAUSE. */
+  assert_int_equal(ez_graph_pause(f->addr, TMO), 0);
+  expect_u8(good, PAUSE);
+  expect_u8(silent, PAUSE);
+  close(good);
+  close(silent);
+  close(chan);
+}
+
+typedef struct simple_call {
+  const char *addr;
+  int rc;
+  atomic_int done;
+} simple_call;
+
+static void *sync_thread(void *arg) {
+  simple_call *s = arg;
+  s->rc = ez_graph_sync(s->addr, 20000);
+  atomic_store(&s->done, 1);
+  return NULL;
+}
+
+static void test_sync(void **state) {
+  fixture *f = *state;
+  /* No publishers: answered at once. */
+  assert_int_equal(ez_graph_sync(f->addr, TMO), 0);
+
+  char id1[37], id2[37];
+  int p1 = fake_pub(f->addr, "/s1", id1);
+  int p2 = fake_pub(f->addr, "/s2", id2);
+  simple_call s = {.addr = f->addr};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, sync_thread, &s), 0);
+  expect_u8(p1, SYNC);
+  expect_u8(p2, SYNC);
+  wr_u8(p1, COMPLETE);
+  sleep_ms(300); /* still waiting for p2 */
+  assert_int_equal(atomic_load(&s.done), 0);
+  wr_u8(p2, COMPLETE);
+  pthread_join(t, NULL);
+  assert_int_equal(s.rc, 0);
+
+  /* A publisher that leaves instead of answering counts as done. */
+  s = (simple_call){.addr = f->addr};
+  assert_int_equal(pthread_create(&t, NULL, sync_thread, &s), 0);
+  expect_u8(p1, SYNC);
+  expect_u8(p2, SYNC);
+  wr_u8(p2, COMPLETE);
+  sleep_ms(200);
+  assert_int_equal(atomic_load(&s.done), 0);
+  close(p1);
+  pthread_join(t, NULL);
+  assert_int_equal(s.rc, 0);
+  close(p2);
+}
+
+static void test_pause_resume(void **state) {
+  fixture *f = *state;
+  char id1[37], id2[37], sid[37], ids[128];
+  int p1 = fake_pub(f->addr, "/pr1", id1);
+  int p2 = fake_pub(f->addr, "/pr2", id2);
+  int sub = fake_sub(f->addr, "/pr1", sid, ids, sizeof ids);
+  assert_string_equal(ids, id1);
+  assert_int_equal(ez_graph_pause(f->addr, TMO), 0);
+  expect_u8(p1, PAUSE);
+  expect_u8(p2, PAUSE);
+  assert_int_equal(ez_graph_resume(f->addr, TMO), 0);
+  expect_u8(p1, RESUME);
+  expect_u8(p2, RESUME);
+  /* Exactly one byte each, and nothing to subscribers. */
+  assert_true(quiet_for(p1, 100));
+  assert_true(quiet_for(p2, 50));
+  assert_true(quiet_for(sub, 50));
+  /* Raw: PAUSE gets no answer; the server just hangs up. */
+  int fd = raw_connect(f->addr);
+  wr_u8(fd, PAUSE);
+  assert_true(closed_silently(fd, TMO));
+  close(fd);
+  expect_u8(p1, PAUSE);
+  expect_u8(p2, PAUSE);
+  close(p1);
+  close(p2);
+  close(sub);
+}
+
+static bool shm_exists(const char *name) {
+  char path[128];
+  snprintf(path, sizeof path, "/dev/shm/%s", name);
+  return access(path, F_OK) == 0;
+}
+
+static bool shm_gone_within(const char *name, int ms) {
+  for (int waited = 0; waited < ms; waited += 10) {
+    if (!shm_exists(name)) return true;
+    sleep_ms(10);
+  }
+  return !shm_exists(name);
+}
+
+/* A raw SHM_CREATE lease: returns the fd, name in name. */
+static int raw_shm_create(const char *addr, uint64_t nbuf, uint64_t size, char name[64]) {
+  int fd = raw_connect(addr);
+  wr_u8(fd, SHM_CREATE);
+  wr_u64(fd, nbuf);
+  wr_u64(fd, size);
+  expect_u8(fd, COMPLETE);
+  rd_str(fd, name, 64);
+  return fd;
+}
+
+static void test_shm_leases(void **state) {
+  fixture *f = *state;
+  char name[64], name2[64];
+  int lease1 = raw_shm_create(f->addr, 4, 1000, name);
+  /* KNOWN SERVER BUG (src/graphserver.c, handle_shm): the segment is detached (which zeroes the
+   * ezi_shm, name included) before its name is copied, so SHM_CREATE answers an empty name and the
+   * segment is never unlinked (it leaks in /dev/shm). This assertion fails until that is fixed. */
+  assert_true(strncmp(name, "psm_", 4) == 0 && strlen(name) == 12);
+  assert_true(shm_exists(name));
+  ezi_shm m;
+  assert_int_equal(ezi_shm_attach(name, &m), 0);
+  assert_int_equal(m.num_buffers, 4);
+  assert_int_equal(m.stride, 1000 + 16 * 4);
+  assert_int_equal(m.size, 4 * (1000 + 16 * 4));
+  ezi_shm_detach(&m);
+
+  /* A second lease through SHM_ATTACH. */
+  int lease2 = raw_connect(f->addr);
+  wr_cmd(lease2, SHM_ATTACH, name, NULL);
+  expect_u8(lease2, COMPLETE);
+  expect_str(lease2, name);
+  close(lease1);
+  assert_true(quiet_for(lease2, 200));
+  assert_true(shm_exists(name)); /* one lease left */
+  close(lease2);
+  assert_true(shm_gone_within(name, TMO));
+  /* A name no longer leased is unknown. */
+  int late = raw_connect(f->addr);
+  wr_cmd(late, SHM_ATTACH, name, NULL);
+  assert_true(closed_silently(late, TMO));
+  close(late);
+
+  /* Segments still leased when the server stops are removed by it. */
+  int lease3 = raw_shm_create(f->addr, 2, 64, name2);
+  assert_true(shm_exists(name2));
+  assert_int_equal(th_stop(f->pid, SIGTERM, TMO), 0);
+  f->pid = 0;
+  assert_false(shm_exists(name2));
+  assert_true(closed_silently(lease3, TMO));
+  close(lease3);
+}
+
+/* The same through the public ez_shm_* calls. */
+static void test_shm_api(void **state) {
+  fixture *f = *state;
+  ez_shm *a = NULL, *b = NULL;
+  /* Fails with EZ_EINVAL while the handle_shm bug above is there (the server answers "" as the
+   * segment name, which ezi_shm_attach rejects). */
+  assert_int_equal(ez_shm_create(f->addr, 8, 4096, &a, TMO), 0);
+  char name[64];
+  snprintf(name, sizeof name, "%s", ez_shm_name(a));
+  assert_true(shm_exists(name));
+  assert_int_equal(ez_shm_num_buffers(a), 8);
+  assert_true(ez_shm_buffer_size(a) >= 4096);
+  assert_null(ez_shm_buffer(a, 8));
+  memcpy(ez_shm_buffer(a, 3), "hello", 6);
+  assert_int_equal(ez_shm_attach(f->addr, name, &b, TMO), 0);
+  assert_string_equal(ez_shm_name(b), name);
+  assert_int_equal(ez_shm_num_buffers(b), 8);
+  assert_string_equal((const char *)ez_shm_buffer(b, 3), "hello");
+  assert_int_equal(ez_shm_attach(f->addr, "psm_00000000", &(ez_shm *){NULL}, TMO), EZ_ENOENT);
+  ez_shm_close(a);
+  assert_true(shm_exists(name));
+  ez_shm_close(b);
+  assert_true(shm_gone_within(name, TMO));
+
+  ez_shm *c = NULL;
+  assert_int_equal(ez_shm_create(f->addr, 1, 16, &c, TMO), 0);
+  snprintf(name, sizeof name, "%s", ez_shm_name(c));
+  assert_int_equal(th_stop(f->pid, SIGTERM, TMO), 0);
+  f->pid = 0;
+  assert_false(shm_exists(name));
+  ez_shm_close(c);
+}
+
+static void test_no_server(void **state) {
+  (void)state;
+  char addr[64];
+  th_free_address(addr, sizeof addr);
+  assert_int_equal(ez_graph_ping(addr, NULL, 0, TMO), EZ_ENOSERVER);
+  assert_int_equal(ez_graph_connect(addr, "/a", "/b", TMO), EZ_ENOSERVER);
+  ez_graph g;
+  assert_int_equal(ez_graph_dag(addr, &g, TMO), EZ_ENOSERVER);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_version_ping, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_connect_disconnect_prune, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_shutdown_request, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_raw_sub_pub_channel, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_update_lists_all_publishers, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_edge_routing, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_profile_empty, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_profile_partial_answers, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sync, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_pause_resume, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_shm_leases, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_shm_api, setup, teardown),
+      cmocka_unit_test(test_no_server),
+  };
+  signal(SIGPIPE, SIG_IGN);
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

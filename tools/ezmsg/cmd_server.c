@@ -1,0 +1,179 @@
+/* `ezmsg serve` (a graph server in the foreground) and `ezmsg start` (one in the background). */
+#include "cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define START_TIMEOUT_MS 5000
+
+static const cli_spec serve_spec = {
+    .name = "serve",
+    .args = "",
+    .about = "Runs a graph server in the foreground until SIGINT or SIGTERM, or until a shutdown\n"
+             "request stops it (exit 0 either way). A port of 0 picks a free port; the address\n"
+             "is announced on stderr.",
+    .min_args = 0,
+    .max_args = 0,
+    .listen = true,
+};
+
+static const cli_spec start_spec = {
+    .name = "start",
+    .args = "",
+    .about = "Starts a graph server in the background (a new session, stdio on /dev/null) and\n"
+             "returns once it answers, printing its pid on stdout. Stop it with `ezmsg shutdown`\n"
+             "or by signalling that pid.",
+    .min_args = 0,
+    .max_args = 0,
+};
+
+static void block_stop_signals(sigset_t *set) {
+  sigemptyset(set);
+  sigaddset(set, SIGINT);
+  sigaddset(set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, set, NULL);
+}
+
+/* Runs a started server until a stop signal (taken with sigtimedwait; the signals are blocked in
+ * every thread) or until it stops by itself (a SHUTDOWN request), then stops it. */
+static void run_until_stopped(ez_server *srv, const sigset_t *set) {
+  for (;;) {
+    struct timespec ts = {0, 100 * 1000000L};
+    int sig = sigtimedwait(set, NULL, &ts);
+    if (sig == SIGINT || sig == SIGTERM) break;
+    if (ez_server_wait(srv, 0) == 0) break;
+  }
+  ez_server_stop(srv);
+}
+
+int cmd_serve(int argc, char **argv) {
+  cli_ctx ctx;
+  int rc = cli_parse(&serve_spec, argc, argv, &ctx, NULL, NULL);
+  if (rc >= 0) return rc;
+  sigset_t set;
+  block_stop_signals(&set); /* before the server thread exists, so it inherits the mask */
+  ez_server *srv = NULL;
+  rc = ez_server_start(ctx.address, &srv);
+  if (rc) {
+    fprintf(stderr, "ezmsg: cannot serve on %s: %s\n", ctx.shown, ez_strerror(rc));
+    return 1;
+  }
+  fprintf(stderr, "graph server listening on %s\n", ez_server_address(srv));
+  run_until_stopped(srv, &set);
+  return 0;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The background server process: reports ez_server_start's result through `report`. */
+static void daemon_main(const cli_ctx *ctx, int report) {
+  setsid();
+  int null = open("/dev/null", O_RDWR);
+  if (null >= 0) {
+    dup2(null, 0);
+    dup2(null, 1);
+    dup2(null, 2);
+    if (null > 2) close(null);
+  }
+  if (chdir("/") != 0) { /* not fatal */
+  }
+  sigset_t set;
+  block_stop_signals(&set);
+  ez_server *srv = NULL;
+  int32_t rc = ez_server_start(ctx->address, &srv);
+  ssize_t w;
+  do w = write(report, &rc, sizeof rc);
+  while (w < 0 && errno == EINTR);
+  close(report);
+  if (rc) _exit(1);
+  run_until_stopped(srv, &set);
+  _exit(0);
+}
+
+int cmd_start(int argc, char **argv) {
+  cli_ctx ctx;
+  int rc = cli_parse(&start_spec, argc, argv, &ctx, NULL, NULL);
+  if (rc >= 0) return rc;
+  if (ez_graph_ping(ctx.address, NULL, 0, 1000) == 0) {
+    fprintf(stderr, "ezmsg: a graph server already answers at %s\n", ctx.shown);
+    return 1;
+  }
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    fprintf(stderr, "ezmsg: pipe: %s\n", strerror(errno));
+    return 1;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    fprintf(stderr, "ezmsg: fork: %s\n", strerror(errno));
+    return 1;
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    daemon_main(&ctx, fds[1]);
+  }
+  close(fds[1]);
+
+  int64_t deadline = now_ms() + START_TIMEOUT_MS;
+  int32_t status = 0;
+  size_t got = 0;
+  while (got < sizeof status) {
+    int left = (int)(deadline - now_ms());
+    struct pollfd p = {.fd = fds[0], .events = POLLIN};
+    int r = left > 0 ? poll(&p, 1, left) : 0;
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    ssize_t n = read(fds[0], (char *)&status + got, sizeof status - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += (size_t)n;
+  }
+  close(fds[0]);
+  if (got < sizeof status || status != 0) {
+    if (got < sizeof status) status = EZ_ETIMEDOUT;
+    fprintf(stderr, "ezmsg: cannot start a graph server on %s: %s\n", ctx.shown,
+            ez_strerror(status));
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return 1;
+  }
+  /* Listening; now it must answer like a graph server. */
+  for (;;) {
+    int left = (int)(deadline - now_ms());
+    if (left <= 0) break;
+    if (ez_graph_ping(ctx.address, NULL, 0, left < 1000 ? left : 1000) == 0) {
+      printf("%ld\n", (long)pid);
+      return 0;
+    }
+    if (waitpid(pid, NULL, WNOHANG) == pid) {
+      fprintf(stderr, "ezmsg: the graph server on %s exited at once\n", ctx.shown);
+      return 1;
+    }
+    sleep_ms(20);
+  }
+  fprintf(stderr, "ezmsg: the graph server on %s did not answer within %d s\n", ctx.shown,
+          START_TIMEOUT_MS / 1000);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  return 1;
+}

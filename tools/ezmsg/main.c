@@ -1,0 +1,171 @@
+/* `ezmsg`: the command-line tool. Dispatches to the subcommands of cli.h and implements the option
+ * parsing and error reporting they share. */
+#define EZ_CLI_TABLE
+#include "cli.h"
+
+#include "wire.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_COMMANDS (sizeof cli_commands / sizeof cli_commands[0])
+
+enum { OPT_ADDRESS = 1000, OPT_TIMEOUT, OPT_HELP };
+
+static void main_usage(FILE *f) {
+  fprintf(f, "usage: ezmsg COMMAND [options] [args]\n\n"
+             "The ezmsg command-line tool: run a graph server and edit or show its topic graph.\n\n"
+             "commands:\n");
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    fprintf(f, "  %-12s %s\n", cli_commands[i].name, cli_commands[i].summary);
+  fprintf(f, "\nEvery command takes --address H:P (default: $%s, else %s) and --help.\n"
+             "Run `ezmsg COMMAND --help` for a command's usage.\n",
+          EZ_ADDR_ENV, EZ_DEFAULT_ADDRESS);
+}
+
+void cli_usage(const cli_spec *spec, FILE *f) {
+  fprintf(f, "usage: ezmsg %s [options]%s%s\n\n%s\n\noptions:\n", spec->name,
+          spec->args && *spec->args ? " " : "", spec->args ? spec->args : "", spec->about);
+  fprintf(f, "  -a, --address H:P  graph server address (default: $%s, else %s)\n", EZ_ADDR_ENV,
+          EZ_DEFAULT_ADDRESS);
+  if (!spec->listen)
+    fprintf(f, "  -t, --timeout MS   give up after MS milliseconds (default %d; -1: never)\n",
+            spec->timeout_ms ? spec->timeout_ms : EZ_DEFAULT_TIMEOUT_MS);
+  if (spec->opts_help) fputs(spec->opts_help, f);
+  fprintf(f, "  -h, --help         show this help\n");
+}
+
+int cli_usage_error(const cli_spec *spec, const char *fmt, ...) {
+  fprintf(stderr, "ezmsg %s: ", spec->name);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  cli_usage(spec, stderr);
+  return 2;
+}
+
+int cli_fail(const cli_ctx *ctx, int rc, const char *what_fmt, ...) {
+  if (rc == EZ_ENOSERVER) {
+    fprintf(stderr, "ezmsg: no graph server at %s\n", ctx->shown);
+    return 1;
+  }
+  char what[512];
+  va_list ap;
+  va_start(ap, what_fmt);
+  vsnprintf(what, sizeof what, what_fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "ezmsg: %s: %s (graph server %s)\n", what, ez_strerror(rc), ctx->shown);
+  return 1;
+}
+
+int cli_check_address(const char *addr, bool allow_port0, char out[300]) {
+  char host[256];
+  uint16_t port;
+  if (addr && strlen(addr) >= 300) return EZ_EADDR;
+  ezi_addr_resolve(addr, out);
+  if (ezi_addr_parse(out, host, &port)) return EZ_EADDR;
+  if (!allow_port0 && port == 0) return EZ_EADDR;
+  const char *p = strrchr(out, ':') + 1; /* digits only: no sign, no spaces */
+  for (; *p; p++)
+    if (!isdigit((unsigned char)*p)) return EZ_EADDR;
+  for (const char *h = host; *h; h++)
+    if (isspace((unsigned char)*h) || !isprint((unsigned char)*h)) return EZ_EADDR;
+  return 0;
+}
+
+static int parse_int(const char *s, long min, long max, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < min || v > max) return -1;
+  *out = v;
+  return 0;
+}
+
+int cli_parse(const cli_spec *spec, int argc, char **argv, cli_ctx *ctx, cli_opt_fn fn,
+              void *user) {
+  *ctx = (cli_ctx){.spec = spec, .timeout_ms = spec->timeout_ms ? spec->timeout_ms
+                                                                : EZ_DEFAULT_TIMEOUT_MS};
+  struct option opts[32];
+  size_t n = 0;
+  opts[n++] = (struct option){"address", required_argument, NULL, OPT_ADDRESS};
+  if (!spec->listen) opts[n++] = (struct option){"timeout", required_argument, NULL, OPT_TIMEOUT};
+  opts[n++] = (struct option){"help", no_argument, NULL, OPT_HELP};
+  for (const struct option *o = spec->opts; o && o->name && n < 31; o++) opts[n++] = *o;
+  opts[n] = (struct option){0};
+  char shorts[64];
+  /* Options may come anywhere; "--" ends them (for a topic that starts with '-'). */
+  snprintf(shorts, sizeof shorts, ":a:h%s%s", spec->listen ? "" : "t:",
+           spec->opts_short ? spec->opts_short : "");
+
+  optind = 0; /* glibc: full re-initialisation */
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, shorts, opts, NULL)) != -1) {
+    switch (c) {
+    case 'a':
+    case OPT_ADDRESS: ctx->address = optarg; break;
+    case 't':
+    case OPT_TIMEOUT: {
+      long v;
+      if (parse_int(optarg, -1, INT_MAX, &v))
+        return cli_usage_error(spec, "bad --timeout '%s' (milliseconds, or -1)", optarg);
+      ctx->timeout_ms = (int)v;
+      break;
+    }
+    case 'h':
+    case OPT_HELP: cli_usage(spec, stdout); return 0;
+    case ':': return cli_usage_error(spec, "option '%s' needs a value", argv[optind - 1]);
+    case '?':
+      if (optopt && optopt < 256 && isprint(optopt))
+        return cli_usage_error(spec, "unknown option '-%c'", optopt);
+      return cli_usage_error(spec, "unknown option '%s'", argv[optind - 1]);
+    default:
+      if (!fn || fn(c, optarg, user) != 0)
+        return cli_usage_error(spec, "bad value for option '%s'", argv[optind - 1]);
+      break;
+    }
+  }
+  if (cli_check_address(ctx->address, spec->listen, ctx->shown)) {
+    if (ctx->address) return cli_usage_error(spec, "bad --address '%s' (want HOST:PORT)", ctx->address);
+    return cli_usage_error(spec, "bad address in $%s: '%s' (want HOST:PORT)", EZ_ADDR_ENV,
+                           getenv(EZ_ADDR_ENV) ? getenv(EZ_ADDR_ENV) : "");
+  }
+  ctx->argc = argc - optind;
+  ctx->argv = argv + optind;
+  if (ctx->argc < spec->min_args)
+    return cli_usage_error(spec, "missing arguments (want %s)", spec->args);
+  if (spec->max_args >= 0 && ctx->argc > spec->max_args)
+    return cli_usage_error(spec, "too many arguments");
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  signal(SIGPIPE, SIG_IGN);
+  if (argc < 2) {
+    main_usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+    main_usage(stdout);
+    return 0;
+  }
+  for (size_t i = 0; i < N_COMMANDS; i++) {
+    if (strcmp(cmd, cli_commands[i].name) == 0) {
+      int rc = cli_commands[i].fn(argc - 1, argv + 1);
+      if (fflush(stdout) != 0 && rc == 0) rc = 1; /* e.g. stdout is a closed pipe */
+      return rc;
+    }
+  }
+  fprintf(stderr, "ezmsg: unknown command '%s'\n\n", cmd);
+  main_usage(stderr);
+  return 2;
+}
