@@ -274,15 +274,24 @@ static long data_frame(chan *c) {
   return (long)r.pos;
 }
 
+/* How many bytes c->pin may hold: room for headers, or a whole TX_TCP frame once its header says
+ * how large it is (the buffer grows only as its bytes arrive). */
+static size_t pin_limit(const chan *c) {
+  const uint8_t *h = ezi_buf_head(&c->pin);
+  size_t limit = 65536 + HDR_LIMIT;
+  if (ezi_buf_pending(&c->pin) >= 17 && h[0] == EZI_TX_TCP) {
+    uint64_t size = ezi_get_u64le(h + 9);
+    if (size <= MAX_TCP_MSG && size + 17 > limit) limit = (size_t)size + 17;
+  }
+  return limit;
+}
+
 static void on_pub(ezi_watch *w, uint32_t ev) {
   chan *c = w->arg;
   if ((ev & EPOLLOUT) && ezi_outbox_flush(&c->acks)) return pub_link_close(c);
   if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
-  size_t limit = HDR_LIMIT;
   long n;
-  for (;;) {
-    n = ezi_buf_fill(&c->pin, w->fd, limit);
-    if (n <= 0) break;
+  while ((n = ezi_buf_fill(&c->pin, w->fd, pin_limit(c))) > 0) {
     for (;;) {
       long used = data_frame(c);
       if (used < 0) {
@@ -293,15 +302,6 @@ static void on_pub(ezi_watch *w, uint32_t ev) {
       if (used == 0) break;
       ezi_buf_consume(&c->pin, (size_t)used);
     }
-    /* A TX_TCP frame larger than the header room: let the buffer grow as its bytes arrive. */
-    const uint8_t *h = ezi_buf_head(&c->pin);
-    size_t pend = ezi_buf_pending(&c->pin);
-    limit = HDR_LIMIT;
-    if (pend >= 17 && h[0] == EZI_TX_TCP) {
-      uint64_t size = ezi_get_u64le(h + 9);
-      if (size <= MAX_TCP_MSG) limit = (size_t)size + 17;
-    }
-    if (limit < 65536 + HDR_LIMIT) limit = 65536 + HDR_LIMIT;
   }
   if (n < 0) {
     EZI_DEBUG("channel %s: publisher %s went away", c->id, c->pub_id);

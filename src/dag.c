@@ -263,6 +263,32 @@ bool ezi_dag_reaches(const ezi_dag *d, const char *a, const char *b) {
 
 size_t ezi_dag_num_nodes(const ezi_dag *d) { return d ? d->n_live : 0; }
 
+bool ezi_utf8_valid(const char *str, size_t len) {
+  const unsigned char *s = (const unsigned char *)str;
+  for (size_t i = 0; i < len;) {
+    unsigned c = s[i];
+    size_t n;
+    unsigned lo = 0x80, hi = 0xbf; /* range of the first continuation byte */
+    if (c < 0x80)
+      n = 0;
+    else if (c >= 0xc2 && c <= 0xdf)
+      n = 1;
+    else if (c >= 0xe0 && c <= 0xef)
+      n = 2, lo = c == 0xe0 ? 0xa0 : 0x80; /* surrogates pass */
+    else if (c >= 0xf0 && c <= 0xf4)
+      n = 3, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+    else
+      return false;
+    if (n > len - i - 1) return false;
+    for (size_t k = 1; k <= n; k++) {
+      unsigned b = s[i + k];
+      if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xbf)) return false;
+    }
+    i += n + 1;
+  }
+  return true;
+}
+
 static int cmp_node_ptr(const void *x, const void *y) {
   const node *a = *(const node *const *)x, *b = *(const node *const *)y;
   size_t n = a->len < b->len ? a->len : b->len;

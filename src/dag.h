@@ -77,7 +77,7 @@ int ezi_graph_build(ez_graph *out, size_t n, const ezi_strv *names, const size_t
                     const uint32_t *to);
 
 /* True if s[0..len) is UTF-8 as Python decodes it for pickles (strict, but surrogates allowed,
- * as with 'surrogatepass'). Defined in dagpickle.c. */
+ * as with 'surrogatepass'). */
 bool ezi_utf8_valid(const char *s, size_t len);
 
 #endif

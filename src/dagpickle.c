@@ -8,57 +8,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum {
-  OP_MARK = '(',
-  OP_STOP = '.',
-  OP_EMPTY_TUPLE = ')',
-  OP_REDUCE = 'R',
-  OP_BINUNICODE = 'X',
-  OP_BUILD = 'b',
-  OP_GLOBAL = 'c',
-  OP_BINGET = 'h',
-  OP_LONG_BINGET = 'j',
-  OP_SETITEM = 's',
-  OP_SETITEMS = 'u',
-  OP_EMPTY_DICT = '}',
-  OP_PROTO = 0x80,
-  OP_NEWOBJ = 0x81,
-  OP_TUPLE1 = 0x85,
-  OP_SHORT_BINUNICODE = 0x8c,
-  OP_EMPTY_SET = 0x8f,
-  OP_ADDITEMS = 0x90,
-  OP_STACK_GLOBAL = 0x93,
-  OP_MEMOIZE = 0x94,
-  OP_FRAME = 0x95,
+/* clang-format off */
+enum { /* the pickle opcodes we read and write */
+  OP_MARK = '(', OP_STOP = '.', OP_EMPTY_TUPLE = ')', OP_REDUCE = 'R', OP_BINUNICODE = 'X',
+  OP_BUILD = 'b', OP_GLOBAL = 'c', OP_BINGET = 'h', OP_LONG_BINGET = 'j', OP_SETITEM = 's',
+  OP_SETITEMS = 'u', OP_EMPTY_DICT = '}', OP_PROTO = 0x80, OP_NEWOBJ = 0x81, OP_TUPLE1 = 0x85,
+  OP_SHORT_BINUNICODE = 0x8c, OP_EMPTY_SET = 0x8f, OP_ADDITEMS = 0x90, OP_STACK_GLOBAL = 0x93,
+  OP_MEMOIZE = 0x94, OP_FRAME = 0x95,
 };
+/* clang-format on */
 enum { BATCH = 1000 };       /* Python's pickler batches container items by 1000 */
 #define MAX_INPUT (1u << 30) /* indices are 32-bit */
-
-bool ezi_utf8_valid(const char *str, size_t len) {
-  const unsigned char *s = (const unsigned char *)str;
-  for (size_t i = 0; i < len;) {
-    unsigned c = s[i];
-    size_t n;
-    unsigned lo = 0x80, hi = 0xbf; /* range of the first continuation byte */
-    if (c < 0x80)
-      n = 0;
-    else if (c >= 0xc2 && c <= 0xdf)
-      n = 1;
-    else if (c >= 0xe0 && c <= 0xef)
-      n = 2, lo = c == 0xe0 ? 0xa0 : 0x80; /* surrogates pass */
-    else if (c >= 0xf0 && c <= 0xf4)
-      n = 3, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
-    else
-      return false;
-    if (n > len - i - 1) return false;
-    for (size_t k = 1; k <= n; k++) {
-      unsigned b = s[i + k];
-      if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xbf)) return false;
-    }
-    i += n + 1;
-  }
-  return true;
-}
 
 /* ---- encoder -------------------------------------------------------------------------------- */
 
@@ -243,16 +203,24 @@ typedef struct vm {
   uint32_t cap_objs, cap_cells, cap_stack, cap_memo;
 } vm;
 
-/* Grows a vm array to hold one more element. */
-static int grow(void *pp, uint32_t *cap, uint32_t n, size_t elsz) {
-  if (n < *cap) return 0;
+/* A vm array doubled (or first allocated) for elements of elsz bytes; NULL on ENOMEM (then the
+ * array and *cap are unchanged). */
+static void *grow(void *arr, uint32_t *cap, size_t elsz) {
   uint32_t nc = *cap ? *cap * 2 : 64;
-  void *np = realloc(*(void **)pp, (size_t)nc * elsz);
-  if (!np) return EZ_ENOMEM;
-  *(void **)pp = np;
-  *cap = nc;
-  return 0;
+  void *np = realloc(arr, (size_t)nc * elsz);
+  if (np) *cap = nc;
+  return np;
 }
+
+/* Makes room for element n of a vm array, or returns EZ_ENOMEM from the calling function. */
+#define RESERVE(arr, cap, n)                                                                       \
+  do {                                                                                             \
+    if ((n) == (cap)) {                                                                            \
+      void *np_ = grow((arr), &(cap), sizeof(*(arr)));                                             \
+      if (!np_) return EZ_ENOMEM;                                                                  \
+      (arr) = np_;                                                                                 \
+    }                                                                                              \
+  } while (0)
 
 /* The next n input bytes (NULL if absent), respecting frames as Python's unpickler does. */
 static const uint8_t *take(vm *m, size_t n) {
@@ -271,14 +239,14 @@ static uint64_t le(const uint8_t *p, int n) {
 }
 
 static int push(vm *m, uint32_t o) {
-  if (grow(&m->stack, &m->cap_stack, m->n_stack, sizeof(uint32_t))) return EZ_ENOMEM;
+  RESERVE(m->stack, m->cap_stack, m->n_stack);
   m->stack[m->n_stack++] = o;
   return 0;
 }
 
 /* Creates an object and pushes it. */
 static int new_obj(vm *m, obj o) {
-  if (grow(&m->objs, &m->cap_objs, m->n_objs, sizeof(obj))) return EZ_ENOMEM;
+  RESERVE(m->objs, m->cap_objs, m->n_objs);
   m->objs[m->n_objs] = o;
   return push(m, m->n_objs++);
 }
@@ -305,7 +273,7 @@ static int64_t find_mark(const vm *m) {
 }
 
 static int append(vm *m, uint32_t container, uint32_t k, uint32_t v) {
-  if (grow(&m->cells, &m->cap_cells, m->n_cells, sizeof(cell))) return EZ_ENOMEM;
+  RESERVE(m->cells, m->cap_cells, m->n_cells);
   m->cells[m->n_cells] = (cell){k, v, NONE};
   obj *c = &m->objs[container];
   if (c->head == NONE)
@@ -387,7 +355,7 @@ static int step(vm *m, bool *stop) {
     return op_string(m, (size_t)le(p, 4));
   case OP_MEMOIZE:
     if (m->n_stack == 0 || m->stack[m->n_stack - 1] == NONE) return EZ_EPROTO;
-    if (grow(&m->memo, &m->cap_memo, m->n_memo, sizeof(uint32_t))) return EZ_ENOMEM;
+    RESERVE(m->memo, m->cap_memo, m->n_memo);
     m->memo[m->n_memo++] = m->stack[m->n_stack - 1];
     return 0;
   case OP_BINGET:

@@ -34,9 +34,7 @@ struct ezi_loop {
   uint64_t next_timer_id;
   struct epoll_event events[MAX_EVENTS];
   int n_events, cur_event;
-  volatile int stop;
-  pthread_t thread;
-  bool running;
+  int stop; /* atomic */
   ezi_task_fn wake_hook;
   void *wake_arg;
 };
@@ -154,9 +152,9 @@ void ezi_loop_stop(ezi_loop *l) {
   ezi_loop_wake(l);
 }
 
-bool ezi_loop_on_thread(const ezi_loop *l) {
-  return l->running && pthread_equal(l->thread, pthread_self());
-}
+static _Thread_local const ezi_loop *tl_running; /* the loop this thread is running, if any */
+
+bool ezi_loop_on_thread(const ezi_loop *l) { return tl_running == l; }
 
 static void run_posts(ezi_loop *l) {
   pthread_mutex_lock(&l->mu);
@@ -195,8 +193,8 @@ static void run_timers(ezi_loop *l) {
 }
 
 int ezi_loop_run(ezi_loop *l) {
-  l->thread = pthread_self();
-  l->running = true;
+  const ezi_loop *outer = tl_running;
+  tl_running = l;
   while (!__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) {
     int n = epoll_wait(l->epfd, l->events, MAX_EVENTS, next_timeout_ms(l));
     if (n < 0 && errno != EINTR) {
@@ -220,7 +218,7 @@ int ezi_loop_run(ezi_loop *l) {
     run_timers(l);
   }
   run_posts(l);
-  l->running = false;
+  tl_running = outer;
   __atomic_store_n(&l->stop, 0, __ATOMIC_RELEASE);
   return 0;
 }
