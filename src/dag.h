@@ -48,8 +48,9 @@ int ezi_dag_export(const ezi_dag *d, ez_graph *out);
 
 /* Encodes the graph as a Python pickle (protocol 4) of an ezmsg.core.dag.DAG whose `graph` is a
  * collections.defaultdict(set): bytes that Python's pickle.loads turns into an equal DAG. Nodes
- * are emitted in sorted order, so for small graphs the bytes equal Python's own pickle of a DAG
- * built in that order. *out is malloc'd (caller frees), *len its length. Returns 0, EZ_ENOMEM,
+ * and set items are written in sorted order with Python's memo and batching rules, in one FRAME;
+ * so below 64 KiB, with at most one target per node, the bytes equal Python's own pickle of the
+ * DAG built in that order. *out is malloc'd (caller frees), *len its length. Returns 0, EZ_ENOMEM,
  * or EZ_EINVAL if a topic is not UTF-8 (Python could not load it); *out is NULL on error. */
 int ezi_dag_pickle(const ezi_dag *d, uint8_t **out, size_t *len);
 
@@ -60,8 +61,8 @@ int ezi_dag_pickle(const ezi_dag *d, uint8_t **out, size_t *len);
  * EMPTY_SET, MARK, ADDITEMS, SETITEM, SETITEMS, BUILD, STOP), and only the globals
  * ezmsg.core.dag.DAG, collections.defaultdict and builtins.set; nothing is executed. Returns 0,
  * EZ_ENOMEM, or EZ_EPROTO for anything unknown, malformed or inconsistent (including trailing
- * bytes, non-UTF-8 or NUL-containing strings, duplicate keys, and more edges than input bytes).
- * Memory use is O(len). On error *out is zeroed. */
+ * bytes, strings over EZ_MAX_CONTROL_STR, non-UTF-8 or with a NUL, duplicate keys, and more
+ * edges than input bytes). Memory use is O(len). On error *out is zeroed. */
 int ezi_dag_unpickle(const uint8_t *buf, size_t len, ez_graph *out);
 
 /* A string view (not NUL-terminated; must not contain NUL). */

@@ -559,6 +559,9 @@ static void handle_shm(server *s, conn *c, uint8_t cmd, uint64_t nbuf, uint64_t 
 
 static void handle_edge(server *s, conn *c, uint8_t cmd, const char *from, size_t nf,
                         const char *to, size_t nt) {
+  /* Topics go into the DAG pickle, which Python must be able to load: UTF-8 only. */
+  if (!ezi_utf8_valid(from, nf) || !ezi_utf8_valid(to, nt) || memchr(from, 0, nf) || memchr(to, 0, nt))
+    return protocol_error(c, "topic is not valid UTF-8");
   char *f = ezi_strndup(from, nf), *t = ezi_strndup(to, nt);
   int rc = !f || !t ? EZ_ENOMEM
            : cmd == EZI_CONNECT ? ezi_dag_add_edge(s->dag, f, t)

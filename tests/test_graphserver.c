@@ -26,12 +26,27 @@
 #define TMO 5000 /* generous timeout for anything that should be quick (ms) */
 
 enum {
-  COMPLETE = 0, PUBLISH = 1, SUBSCRIBE = 2, CONNECT = 3, DISCONNECT = 4, CYCLIC = 5, PAUSE = 6,
-  SYNC = 7, RESUME = 8, UPDATE = 9, DAG = 10, SHM_CREATE = 15, SHM_ATTACH = 16, SHUTDOWN = 17,
-  CHANNEL = 18, PROFILE = 21, PROFILE_DATA = 22,
+  COMPLETE = 0,
+  PUBLISH = 1,
+  SUBSCRIBE = 2,
+  CONNECT = 3,
+  DISCONNECT = 4,
+  CYCLIC = 5,
+  PAUSE = 6,
+  SYNC = 7,
+  RESUME = 8,
+  UPDATE = 9,
+  DAG = 10,
+  SHM_CREATE = 15,
+  SHM_ATTACH = 16,
+  SHUTDOWN = 17,
+  CHANNEL = 18,
+  PROFILE = 21,
+  PROFILE_DATA = 22,
 };
 
-/* ---- fixture: one `ezmsg serve` per test ------------------------------------------------------ */
+/* ---- fixture: one `ezmsg serve` per test ------------------------------------------------------
+ */
 
 typedef struct fixture {
   char addr[64];
@@ -72,7 +87,8 @@ static void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-/* ---- raw protocol helpers ---------------------------------------------------------------------- */
+/* ---- raw protocol helpers ----------------------------------------------------------------------
+ */
 
 /* A blocking TCP connection to the server (no version read yet). */
 static int raw_open(const char *addr) {
@@ -94,7 +110,7 @@ static int rd_exact(int fd, void *buf, size_t n, int timeout_ms) {
   while (n) {
     int left = (int)(deadline - now_ms());
     struct pollfd pf = {.fd = fd, .events = POLLIN};
-    int r = left > 0 ? poll(&pf, 1, left) : 0;
+    int r = poll(&pf, 1, left > 0 ? left : 0); /* 0: still look once */
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return -3;
     if (r == 0) return -1;
@@ -120,7 +136,8 @@ static void wr(int fd, const void *p, size_t n) {
 }
 
 static void put_u64le(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+  for (int i = 0; i < 8; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
 }
 
 static void wr_u8(int fd, uint8_t v) { wr(fd, &v, 1); }
@@ -163,7 +180,8 @@ static uint64_t rd_u64(int fd) {
   uint8_t b[8];
   assert_int_equal(rd_exact(fd, b, 8, TMO), 0);
   uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | b[i];
+  for (int i = 7; i >= 0; i--)
+    v = (v << 8) | b[i];
   return v;
 }
 
@@ -228,8 +246,7 @@ static int fake_sub(const char *addr, const char *topic, char id[37], char *ids,
 
 /* Starts registering a fake publisher: PUBLISH -> pub_id -> address. The caller lets the
  * downstream subscribers answer their UPDATEs, then reads the publisher's COMPLETE. */
-static int fake_pub_begin(const char *addr, const char *topic, const char *chan_addr,
-                          char id[37]) {
+static int fake_pub_begin(const char *addr, const char *topic, const char *chan_addr, char id[37]) {
   int fd = raw_connect(addr);
   wr_cmd(fd, PUBLISH, topic, NULL);
   rd_str(fd, id, 37);
@@ -252,7 +269,8 @@ static void sub_update(int fd, char *ids, size_t cap) {
   wr_u8(fd, COMPLETE);
 }
 
-/* ---- graph helpers ------------------------------------------------------------------------------ */
+/* ---- graph helpers ------------------------------------------------------------------------------
+ */
 
 static const ez_graph_node *find_node(const ez_graph *g, const char *topic) {
   for (size_t i = 0; i < g->n_nodes; i++)
@@ -270,11 +288,13 @@ static bool has_edge(const ez_graph *g, const char *from, const char *to) {
 
 static size_t n_edges(const ez_graph *g) {
   size_t e = 0;
-  for (size_t i = 0; i < g->n_nodes; i++) e += g->nodes[i].n_to;
+  for (size_t i = 0; i < g->n_nodes; i++)
+    e += g->nodes[i].n_to;
   return e;
 }
 
-/* ---- tests ------------------------------------------------------------------------------------ */
+/* ---- tests ------------------------------------------------------------------------------------
+ */
 
 static void test_version_ping(void **state) {
   fixture *f = *state;
@@ -357,7 +377,7 @@ static void test_connect_disconnect_prune(void **state) {
   assert_true(n > 2 && n < 4096);
   uint8_t pk[4096];
   assert_int_equal(rd_exact(fd, pk, (size_t)n, TMO), 0);
-  assert_int_equal(pk[0], 0x80); /* PROTO */
+  assert_int_equal(pk[0], 0x80);    /* PROTO */
   assert_int_equal(pk[n - 1], '.'); /* STOP */
   expect_u8(fd, COMPLETE);
   close(fd);
@@ -671,8 +691,7 @@ static void test_profile_partial_answers(void **state) {
   doc = load_json(p.json);
   pubs = json_object_get(doc, "publishers");
   assert_int_equal(json_array_size(pubs), 1);
-  assert_string_equal(json_string_value(json_object_get(json_array_get(pubs, 0), "id")),
-                      silent_id);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(pubs, 0), "id")), silent_id);
   assert_int_equal(json_array_size(json_object_get(doc, "channels")), 0);
   json_decref(doc);
   free(p.json);
@@ -790,9 +809,6 @@ static void test_shm_leases(void **state) {
   fixture *f = *state;
   char name[64], name2[64];
   int lease1 = raw_shm_create(f->addr, 4, 1000, name);
-  /* KNOWN SERVER BUG (src/graphserver.c, handle_shm): the segment is detached (which zeroes the
-   * ezi_shm, name included) before its name is copied, so SHM_CREATE answers an empty name and the
-   * segment is never unlinked (it leaks in /dev/shm). This assertion fails until that is fixed. */
   assert_true(strncmp(name, "psm_", 4) == 0 && strlen(name) == 12);
   assert_true(shm_exists(name));
   ezi_shm m;
@@ -832,8 +848,6 @@ static void test_shm_leases(void **state) {
 static void test_shm_api(void **state) {
   fixture *f = *state;
   ez_shm *a = NULL, *b = NULL;
-  /* Fails with EZ_EINVAL while the handle_shm bug above is there (the server answers "" as the
-   * segment name, which ezi_shm_attach rejects). */
   assert_int_equal(ez_shm_create(f->addr, 8, 4096, &a, TMO), 0);
   char name[64];
   snprintf(name, sizeof name, "%s", ez_shm_name(a));

@@ -30,6 +30,10 @@ int cmd_mermaid(int argc, char **argv);
 int cmd_sync(int argc, char **argv);
 int cmd_pause(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
+int cmd_pub(int argc, char **argv);
+int cmd_sub(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
+int cmd_perf(int argc, char **argv);
 
 typedef struct cli_command {
   const char *name;
@@ -50,6 +54,10 @@ static const cli_command cli_commands[] = {
     {"sync", cmd_sync, "wait until every publisher has drained its buffers (they stay paused)"},
     {"pause", cmd_pause, "pause every publisher"},
     {"resume", cmd_resume, "resume every publisher"},
+    {"pub", cmd_pub, "publish stdin lines, or N messages, to a topic"},
+    {"sub", cmd_sub, "print the messages of a topic, one a line"},
+    {"profile", cmd_profile, "print the graph's profile (rates, backpressure, processing times)"},
+    {"perf", cmd_perf, "measure throughput and latency (fanout, fanin, relay, pingpong)"},
 };
 #endif
 
@@ -57,12 +65,12 @@ static const cli_command cli_commands[] = {
 
 /* Describes a subcommand's command line, for cli_parse and its usage text. */
 typedef struct cli_spec {
-  const char *name;      /* "connect" */
-  const char *args;      /* positional synopsis, e.g. "FROM TO" ("" for none) */
-  const char *about;     /* one paragraph (may contain newlines) */
+  const char *name;       /* "connect" */
+  const char *args;       /* positional synopsis, e.g. "FROM TO" ("" for none) */
+  const char *about;      /* one paragraph (may contain newlines) */
   int min_args, max_args; /* positional argument count bounds (max < 0: unbounded) */
-  bool listen;           /* a server address to listen on: port 0 allowed, no --timeout */
-  int timeout_ms;        /* default --timeout (0: EZ_DEFAULT_TIMEOUT_MS) */
+  bool listen;            /* a server address to listen on: port 0 allowed, no --timeout */
+  int timeout_ms;         /* default --timeout (0: EZ_DEFAULT_TIMEOUT_MS) */
   /* Extra options (zero-terminated; `val` must not be 'a', 'h', 't' or 1000..1010) and their
    * help lines ("  -n, --count N    ...\n"). */
   const struct option *opts;
@@ -76,7 +84,7 @@ typedef struct cli_ctx {
   const char *address; /* as given (NULL: the library default, i.e. env or 127.0.0.1:25978) */
   char shown[300];     /* the address in effect, for messages */
   int timeout_ms;
-  int argc;            /* positional arguments */
+  int argc; /* positional arguments */
   char **argv;
 } cli_ctx;
 
@@ -86,8 +94,7 @@ typedef int (*cli_opt_fn)(int opt, const char *arg, void *user);
 
 /* Parses argv (argv[0] = the command name). Returns -1 to go on, or the exit code to return now
  * (0 after --help, 2 after a usage error). */
-int cli_parse(const cli_spec *spec, int argc, char **argv, cli_ctx *ctx, cli_opt_fn fn,
-              void *user);
+int cli_parse(const cli_spec *spec, int argc, char **argv, cli_ctx *ctx, cli_opt_fn fn, void *user);
 
 /* Prints the command's usage (to stdout for --help, stderr for errors). */
 void cli_usage(const cli_spec *spec, FILE *f);

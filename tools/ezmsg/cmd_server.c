@@ -1,6 +1,7 @@
 /* `ezmsg serve` (a graph server in the foreground) and `ezmsg start` (one in the background). */
 #include "cli.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -36,11 +37,16 @@ static const cli_spec start_spec = {
     .max_args = 0,
 };
 
+/* Blocks SIGINT and SIGTERM (taken with sigtimedwait instead), then resets their dispositions:
+ * a shell starts background jobs with SIGINT ignored, and an ignored signal is discarded even
+ * while blocked, but `ezmsg serve &` must still stop on SIGINT. */
 static void block_stop_signals(sigset_t *set) {
   sigemptyset(set);
   sigaddset(set, SIGINT);
   sigaddset(set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, set, NULL);
+  signal(SIGINT, SIG_DFL); /* blocked already, so a signal now stays pending */
+  signal(SIGTERM, SIG_DFL);
 }
 
 /* Runs a started server until a stop signal (taken with sigtimedwait; the signals are blocked in
@@ -83,8 +89,28 @@ static int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Closes every fd above 2 except `keep` (so the daemon holds no pipe of whoever started it). */
+static void close_other_fds(int keep) {
+  int fds[1024], n = 0;
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) {
+    for (int fd = 3; fd < 1024; fd++)
+      if (fd != keep) close(fd);
+    return;
+  }
+  struct dirent *e;
+  while ((e = readdir(d)) && n < 1024) {
+    int fd = atoi(e->d_name);
+    if (fd > 2 && fd != keep && fd != dirfd(d)) fds[n++] = fd;
+  }
+  closedir(d);
+  for (int i = 0; i < n; i++)
+    close(fds[i]);
+}
+
 /* The background server process: reports ez_server_start's result through `report`. */
 static void daemon_main(const cli_ctx *ctx, int report) {
+  close_other_fds(report);
   setsid();
   int null = open("/dev/null", O_RDWR);
   if (null >= 0) {
@@ -100,7 +126,8 @@ static void daemon_main(const cli_ctx *ctx, int report) {
   ez_server *srv = NULL;
   int32_t rc = ez_server_start(ctx->address, &srv);
   ssize_t w;
-  do w = write(report, &rc, sizeof rc);
+  do
+    w = write(report, &rc, sizeof rc);
   while (w < 0 && errno == EINTR);
   close(report);
   if (rc) _exit(1);

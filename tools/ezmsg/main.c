@@ -23,8 +23,9 @@ static void main_usage(FILE *f) {
              "commands:\n");
   for (size_t i = 0; i < N_COMMANDS; i++)
     fprintf(f, "  %-12s %s\n", cli_commands[i].name, cli_commands[i].summary);
-  fprintf(f, "\nEvery command takes --address H:P (default: $%s, else %s) and --help.\n"
-             "Run `ezmsg COMMAND --help` for a command's usage.\n",
+  fprintf(f,
+          "\nEvery command takes --address H:P (default: $%s, else %s) and --help.\n"
+          "Run `ezmsg COMMAND --help` for a command's usage.\n",
           EZ_ADDR_ENV, EZ_DEFAULT_ADDRESS);
 }
 
@@ -91,19 +92,20 @@ static int parse_int(const char *s, long min, long max, long *out) {
 
 int cli_parse(const cli_spec *spec, int argc, char **argv, cli_ctx *ctx, cli_opt_fn fn,
               void *user) {
-  *ctx = (cli_ctx){.spec = spec, .timeout_ms = spec->timeout_ms ? spec->timeout_ms
-                                                                : EZ_DEFAULT_TIMEOUT_MS};
+  *ctx = (cli_ctx){.spec = spec,
+                   .timeout_ms = spec->timeout_ms ? spec->timeout_ms : EZ_DEFAULT_TIMEOUT_MS};
   struct option opts[32];
   size_t n = 0;
   opts[n++] = (struct option){"address", required_argument, NULL, OPT_ADDRESS};
   if (!spec->listen) opts[n++] = (struct option){"timeout", required_argument, NULL, OPT_TIMEOUT};
   opts[n++] = (struct option){"help", no_argument, NULL, OPT_HELP};
-  for (const struct option *o = spec->opts; o && o->name && n < 31; o++) opts[n++] = *o;
+  for (const struct option *o = spec->opts; o && o->name && n < 31; o++)
+    opts[n++] = *o;
   opts[n] = (struct option){0};
   char shorts[64];
   /* Options may come anywhere; "--" ends them (for a topic that starts with '-'). */
-  snprintf(shorts, sizeof shorts, ":a:h%s%s", spec->listen ? "" : "t:",
-           spec->opts_short ? spec->opts_short : "");
+  snprintf(shorts, sizeof shorts, ":a:h%s%s",
+           spec->listen ? "" : "t:", spec->opts_short ? spec->opts_short : "");
 
   optind = 0; /* glibc: full re-initialisation */
   opterr = 0;
@@ -134,7 +136,8 @@ int cli_parse(const cli_spec *spec, int argc, char **argv, cli_ctx *ctx, cli_opt
     }
   }
   if (cli_check_address(ctx->address, spec->listen, ctx->shown)) {
-    if (ctx->address) return cli_usage_error(spec, "bad --address '%s' (want HOST:PORT)", ctx->address);
+    if (ctx->address)
+      return cli_usage_error(spec, "bad --address '%s' (want HOST:PORT)", ctx->address);
     return cli_usage_error(spec, "bad address in $%s: '%s' (want HOST:PORT)", EZ_ADDR_ENV,
                            getenv(EZ_ADDR_ENV) ? getenv(EZ_ADDR_ENV) : "");
   }

@@ -1,0 +1,159 @@
+# Shared helpers for the shell tests (sourced, not run; CTest skips this file).
+#
+#   source "$(dirname "$0")/lib.sh"
+#
+# Gives: $EZ_CLI (the ezmsg binary), $T (a private temp dir), a trap that stops every process
+# registered with ez_track (by pid) and removes $T, free ports, server start/stop, and asserts.
+# Every assert failure prints a message and exits 1 (the trap still cleans up).
+
+set -u
+
+EZ_CLI=${EZ_CLI:-ezmsg}
+T=$(mktemp -d "${TMPDIR:-/tmp}/ezsh.XXXXXX")
+EZ_PIDS=()
+EZ_FAILED=0
+
+# ---- processes ---------------------------------------------------------------------------------
+
+# True while PID exists and is not a zombie (a server from `ezmsg start` is not our child, so
+# nobody here can reap it; a zombie counts as gone).
+ez_alive() {
+  local pid=$1 st
+  [ -r "/proc/$pid/stat" ] || return 1
+  st=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1) || return 1
+  [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
+}
+
+# Waits up to SECS (default 5) for PID to be gone. Returns 1 if it is still there.
+ez_wait_gone() {
+  local pid=$1 secs=${2:-5} i
+  for ((i = 0; i < secs * 50; i++)); do
+    ez_alive "$pid" || return 0
+    sleep 0.02
+  done
+  ! ez_alive "$pid"
+}
+
+# Registers PID to be stopped by the exit trap.
+ez_track() { EZ_PIDS+=("$1"); }
+
+# Sends SIG (default TERM) to PID and waits for it; SIGKILL after 5 s. For our own children the
+# exit status is collected with `wait` and returned.
+ez_stop() {
+  local pid=$1 sig=${2:-TERM}
+  kill -s "$sig" "$pid" 2>/dev/null || true
+  if ! ez_wait_gone "$pid" 5; then
+    kill -s KILL "$pid" 2>/dev/null || true
+    ez_wait_gone "$pid" 5 || true
+  fi
+  wait "$pid" 2>/dev/null
+}
+
+ez_cleanup() {
+  local pid
+  for pid in "${EZ_PIDS[@]+"${EZ_PIDS[@]}"}"; do
+    if ez_alive "$pid"; then ez_stop "$pid" TERM >/dev/null 2>&1 || true; fi
+  done
+  rm -rf "$T"
+}
+trap ez_cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---- ports and servers -------------------------------------------------------------------------
+
+# Prints a TCP port free on 127.0.0.1 (never 25978).
+ez_free_port() {
+  if command -v python3 >/dev/null 2>&1; then
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    return
+  fi
+  local p
+  while :; do # nothing answers a connect there: good enough
+    p=$((20000 + RANDOM % 30000))
+    [ "$p" = 25978 ] && continue
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      echo "$p"
+      return
+    fi
+  done
+}
+
+ez_free_address() { echo "127.0.0.1:$(ez_free_port)"; }
+
+# True once a graph server answers at ADDR (waits up to SECS, default 10).
+ez_wait_server() {
+  local addr=$1 secs=${2:-10} i
+  for ((i = 0; i < secs * 20; i++)); do
+    "$EZ_CLI" graphviz --address "$addr" --timeout 1000 >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+# Starts `ezmsg serve --address ADDR` in the background (stderr to $T/serve.<port>.err), waits
+# until it answers and sets EZ_SERVE_PID. SIGINT is not ignored by it (see ezmsg serve).
+ez_start_serve() {
+  local addr=$1
+  "$EZ_CLI" serve --address "$addr" >"$T/serve.${addr##*:}.out" 2>"$T/serve.${addr##*:}.err" &
+  EZ_SERVE_PID=$!
+  ez_track "$EZ_SERVE_PID"
+  ez_wait_server "$addr" || fail "ezmsg serve did not come up at $addr"
+  local i # it announces itself on stderr right after it starts listening
+  for ((i = 0; i < 200; i++)); do
+    grep -q "listening on" "$T/serve.${addr##*:}.err" && return 0
+    sleep 0.05
+  done
+}
+
+# ---- running commands and asserting ------------------------------------------------------------
+
+# Runs a command, capturing stdout in $T/out, stderr in $T/err and the exit status in $RC.
+run() {
+  RC=0
+  "$@" >"$T/out" 2>"$T/err" || RC=$?
+}
+
+fail() {
+  echo "FAIL: $*" >&2
+  if [ -f "$T/out" ]; then
+    echo "--- stdout of the last command:" >&2
+    head -c 4000 "$T/out" >&2
+  fi
+  if [ -f "$T/err" ]; then
+    echo "--- stderr of the last command:" >&2
+    head -c 4000 "$T/err" >&2
+  fi
+  exit 1
+}
+
+pass() { echo "ok: $*"; }
+
+# expect_rc N CMD...: runs CMD (see run) and checks its exit status.
+expect_rc() {
+  local want=$1
+  shift
+  run "$@"
+  [ "$RC" = "$want" ] || fail "'$*' exited $RC, want $want"
+}
+
+assert_eq() { # EXPECTED ACTUAL WHAT
+  [ "$1" = "$2" ] || fail "$3: got '$2', want '$1'"
+}
+
+assert_contains() { # FILE NEEDLE WHAT
+  grep -qF -- "$2" "$1" || fail "$3: '$2' not in $(basename "$1")"
+}
+
+assert_not_contains() { # FILE NEEDLE WHAT
+  ! grep -qF -- "$2" "$1" || fail "$3: '$2' unexpectedly in $(basename "$1")"
+}
+
+assert_empty() { # FILE WHAT
+  [ ! -s "$1" ] || fail "$2: $(basename "$1") is not empty"
+}
+
+assert_lines() { # FILE N WHAT
+  local n
+  n=$(wc -l <"$1")
+  [ "$n" = "$2" ] || fail "$3: $(basename "$1") has $n lines, want $2"
+}

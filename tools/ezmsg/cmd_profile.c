@@ -1,0 +1,387 @@
+/* `ezmsg profile`: the graph's aggregated profile (ez_profile), as JSON or as a table, once or
+ * redrawn every few seconds.
+ *
+ * The table is built from ez_profile_parse's structs (no JSON library here): one row per
+ * publisher (its topic, message rate, MB/s, backpressure avg/p99/max and channel count), then one
+ * row per subscriber of every channel fed by that publisher (channels are matched to publishers by
+ * pub_id). Channels whose publisher did not answer are listed at the end under their topic. Rows
+ * are at most TABLE_COLS columns: long topics and handles are cut with "...", and labels are
+ * sanitised so a topic cannot send control sequences to the terminal. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TABLE_COLS 100
+#define NAME_W 28 /* the topic / handle column */
+#define LAST_W 10 /* the channel count / transport mode column */
+
+enum { OPT_WINDOW = 'w', OPT_FORMAT = 'f', OPT_WATCH = 1100 };
+
+typedef struct profile_opts {
+  double window_s;
+  bool table;
+  double watch_s; /* 0: print once */
+} profile_opts;
+
+static const struct option profile_long[] = {
+    {"window", required_argument, NULL, OPT_WINDOW},
+    {"format", required_argument, NULL, OPT_FORMAT},
+    {"watch", required_argument, NULL, OPT_WATCH},
+    {0},
+};
+
+static const cli_spec profile_spec = {
+    .name = "profile",
+    .args = "",
+    .about = "Prints the graph's profile: every publisher's message and byte rates and\n"
+             "backpressure (time from sending a message to its last release), and every\n"
+             "channel's per-subscriber processing times and transport mode, over the last\n"
+             "--window seconds. The graph server asks each publisher and channel and waits at\n"
+             "most 1 s for each. See docs/profiling.md for the fields.",
+    .max_args = 0,
+    .opts = profile_long,
+    .opts_short = "w:f:",
+    .opts_help = "  -w, --window S     profile the last S seconds (default 2.0; at most 10;\n"
+                 "                     0 reports totals only)\n"
+                 "  -f, --format F     json (default: the document, indented) or table\n"
+                 "      --watch S      redraw every S seconds until interrupted (Ctrl-C)\n",
+};
+
+/* A plain decimal or floating-point number, nothing after it; NaN refused. */
+static int parse_seconds(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end || isnan(v) || (errno == ERANGE && fabs(v) > 1)) return -1;
+  *out = v;
+  return 0;
+}
+
+static int on_opt(int opt, const char *arg, void *user) {
+  profile_opts *po = user;
+  double v;
+  switch (opt) {
+  case OPT_WINDOW:
+    if (parse_seconds(arg, &v) || v < 0) {
+      fprintf(stderr, "ezmsg profile: bad --window '%s' (seconds, 0 to %g)\n", arg,
+              EZ_PROFILE_MAX_WINDOW_S);
+      return -1;
+    }
+    po->window_s = v > EZ_PROFILE_MAX_WINDOW_S ? EZ_PROFILE_MAX_WINDOW_S : v;
+    return 0;
+  case OPT_FORMAT:
+    if (!strcmp(arg, "json") || !strcmp(arg, "table")) {
+      po->table = !strcmp(arg, "table");
+      return 0;
+    }
+    fprintf(stderr, "ezmsg profile: bad --format '%s' (json or table)\n", arg);
+    return -1;
+  case OPT_WATCH:
+    if (parse_seconds(arg, &v) || !(v > 0) || v > 86400) {
+      fprintf(stderr, "ezmsg profile: bad --watch '%s' (seconds, more than 0)\n", arg);
+      return -1;
+    }
+    po->watch_s = v;
+    return 0;
+  default: return -1;
+  }
+}
+
+/* ---- JSON output ------------------------------------------------------------------------------
+ * The document re-indented by two spaces (as the reference CLI's json.dumps(indent=2)), without
+ * parsing it: only string boundaries matter. Empty objects and arrays stay "{}" / "[]". */
+static void print_json(const char *s, FILE *f) {
+  int depth = 0;
+  bool in_str = false;
+  for (const char *p = s; *p; p++) {
+    char ch = *p;
+    if (in_str) {
+      fputc(ch, f);
+      if (ch == '\\' && p[1])
+        fputc(*++p, f);
+      else if (ch == '"')
+        in_str = false;
+      continue;
+    }
+    switch (ch) {
+    case '"':
+      in_str = true;
+      fputc(ch, f);
+      break;
+    case '{':
+    case '[':
+      if (p[1] == (ch == '{' ? '}' : ']')) {
+        fputc(ch, f);
+        fputc(*++p, f);
+        break;
+      }
+      fputc(ch, f);
+      fprintf(f, "\n%*s", 2 * ++depth, "");
+      break;
+    case '}':
+    case ']':
+      depth = depth > 0 ? depth - 1 : 0;
+      fprintf(f, "\n%*s%c", 2 * depth, "", ch);
+      break;
+    case ',': fprintf(f, ",\n%*s", 2 * depth, ""); break;
+    case ':': fputs(": ", f); break;
+    case ' ':
+    case '\t':
+    case '\n':
+    case '\r': break;
+    default: fputc(ch, f);
+    }
+  }
+  fputc('\n', f);
+}
+
+/* ---- table output ------------------------------------------------------------------------------
+ */
+
+/* Byte length of the character at s (a whole UTF-8 sequence, else 1). */
+static size_t char_len(const unsigned char *s) {
+  if (s[0] < 0xc2 || s[0] > 0xf4) return 1;
+  size_t want = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : 2, k = 1;
+  while (k < want && (s[k] & 0xc0) == 0x80)
+    k++;
+  return k == want ? want : 1;
+}
+
+/* Writes `s` into out as at most `width` columns (one per UTF-8 character; control characters and
+ * stray bytes become '?'), cut with "..." when longer; with `pad`, padded with spaces to exactly
+ * `width`. out needs 4 * width + 1 bytes. */
+static void fit(char *out, const char *s, int width, bool pad) {
+  const unsigned char *u = (const unsigned char *)(s ? s : "");
+  int cols = 0;
+  for (size_t i = 0; u[i]; i += char_len(u + i))
+    cols++;
+  int keep = cols > width ? width - 3 : cols, shown = 0;
+  size_t o = 0;
+  for (size_t i = 0; shown < keep; shown++) {
+    size_t n = char_len(u + i);
+    if (n > 1)
+      memcpy(out + o, u + i, n);
+    else
+      out[o] = u[i] < 0x20 || u[i] == 0x7f || u[i] >= 0x80 ? '?' : (char)u[i];
+    o += n;
+    i += n;
+  }
+  if (cols > width)
+    for (; shown < width; shown++)
+      out[o++] = '.';
+  if (pad)
+    for (; shown < width; shown++)
+      out[o++] = ' ';
+  out[o] = 0;
+}
+
+/* A number right-aligned in exactly `width` columns: `dec` decimals if that fits, fewer if not,
+ * then exponent form. */
+static void num(char *out, size_t cap, double v, int width, int dec) {
+  char tmp[64];
+  if (!isfinite(v)) v = 0;
+  for (int d = dec; d >= 0; d--) {
+    snprintf(tmp, sizeof tmp, "%.*f", d, v);
+    if ((int)strlen(tmp) <= width) {
+      snprintf(out, cap, "%*s", width, tmp);
+      return;
+    }
+  }
+  snprintf(tmp, sizeof tmp, "%.*e", width >= 9 ? width - 7 : 1, v);
+  snprintf(out, cap, "%*.*s", width, width, tmp);
+}
+
+/* One row: the name, six numeric columns (NULL: "-") and the last column. At most
+ * NAME_W + 6 + 10 + 4 * 9 + 8 + 2 + LAST_W = 100 columns. */
+static void row(FILE *f, const char *name, const double *vals[6], const char *last) {
+  static const int w[6] = {10, 9, 9, 9, 9, 8}, dec[6] = {1, 3, 3, 3, 3, 0};
+  char cell[4 * NAME_W + 1];
+  fit(cell, name, NAME_W, true);
+  fputs(cell, f);
+  for (int i = 0; i < 6; i++) {
+    fputc(' ', f);
+    if (vals[i])
+      num(cell, sizeof cell, *vals[i], w[i], dec[i]);
+    else
+      snprintf(cell, sizeof cell, "%*s", w[i], "-");
+    fputs(cell, f);
+  }
+  fit(cell, last, LAST_W, false);
+  fprintf(f, "  %s\n", cell);
+}
+
+static void pub_row(FILE *f, const ez_profile_pub *p, size_t matched) {
+  double mb = p->byte_rate_per_s / 1e6, pid = (double)p->pid;
+  const double *v[6] = {&p->message_rate_hz,     &mb,
+                        &p->backpressure.avg_ms, &p->backpressure.p99_ms,
+                        &p->backpressure.max_ms, &pid};
+  char last[32];
+  /* Ours count the channels themselves (num_channels); the reference's do not: then count the
+   * channels of the document that name this publisher. */
+  uint64_t nch = p->num_channels > matched ? p->num_channels : matched;
+  snprintf(last, sizeof last, "%llu ch", (unsigned long long)nch);
+  row(f, p->topic ? p->topic : p->id, v, last);
+}
+
+static void sub_rows(FILE *f, const ez_profile_channel *c) {
+  for (size_t j = 0; j < c->n_subscribers; j++) {
+    const ez_profile_subscriber *s = &c->subscribers[j];
+    const char *label = s->handle ? s->handle : s->subscriber_id ? s->subscriber_id : "?";
+    char name[4 * NAME_W + 3];
+    name[0] = name[1] = ' ';
+    fit(name + 2, label, NAME_W - 2, false);
+    double pid = (double)c->pid;
+    const double *v[6] = {&s->message_rate_hz,   NULL, &s->processing.avg_ms, &s->processing.p99_ms,
+                          &s->processing.max_ms, &pid};
+    row(f, name, v, c->mode ? c->mode : "?");
+  }
+}
+
+static int cmp_pub(const void *a, const void *b) {
+  const ez_profile_pub *x = *(const ez_profile_pub *const *)a,
+                       *y = *(const ez_profile_pub *const *)b;
+  int r = strcmp(x->topic ? x->topic : "", y->topic ? y->topic : "");
+  if (r) return r;
+  if (x->pid != y->pid) return x->pid < y->pid ? -1 : 1;
+  return strcmp(x->id ? x->id : "", y->id ? y->id : "");
+}
+
+static bool same(const char *a, const char *b) { return a && b && !strcmp(a, b); }
+
+static void print_table(const ez_profile_data *d, const char *addr, FILE *f) {
+  char head[4 * NAME_W + 1];
+  fit(head, addr, 40, false);
+  fprintf(f, "graph server %s: window %.1f s, %zu publisher%s, %zu channel%s\n", head, d->window_s,
+          d->n_publishers, d->n_publishers == 1 ? "" : "s", d->n_channels,
+          d->n_channels == 1 ? "" : "s");
+  fit(head, "TOPIC / SUBSCRIBER", NAME_W, true);
+  fprintf(f, "%s %10s %9s %9s %9s %9s %8s  %s\n", head, "MSG/S", "MB/S", "AVG MS", "P99 MS",
+          "MAX MS", "PID", "CH / MODE");
+  if (!d->n_publishers && !d->n_channels) {
+    fputs("(no publishers or channels answered)\n", f);
+    return;
+  }
+  const ez_profile_pub **order = calloc(d->n_publishers ? d->n_publishers : 1, sizeof *order);
+  bool *shown = calloc(d->n_channels ? d->n_channels : 1, sizeof *shown);
+  if (!order || !shown) {
+    free(order);
+    free(shown);
+    fputs("(out of memory)\n", f);
+    return;
+  }
+  for (size_t i = 0; i < d->n_publishers; i++)
+    order[i] = &d->publishers[i];
+  qsort(order, d->n_publishers, sizeof *order, cmp_pub);
+  for (size_t i = 0; i < d->n_publishers; i++) {
+    const ez_profile_pub *p = order[i];
+    size_t matched = 0;
+    for (size_t k = 0; k < d->n_channels; k++)
+      matched += same(d->channels[k].pub_id, p->id);
+    pub_row(f, p, matched);
+    for (size_t k = 0; k < d->n_channels; k++) {
+      if (shown[k] || !same(d->channels[k].pub_id, p->id)) continue;
+      shown[k] = true;
+      sub_rows(f, &d->channels[k]);
+    }
+  }
+  /* Channels whose publisher is not in the document (it did not answer in time). */
+  for (size_t k = 0; k < d->n_channels; k++) {
+    if (shown[k]) continue;
+    const ez_profile_channel *c = &d->channels[k];
+    const double *v[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    row(f, c->topic ? c->topic : c->pub_id ? c->pub_id : "?", v, "pub silent");
+    for (size_t m = k; m < d->n_channels; m++) {
+      if (shown[m] || !same(d->channels[m].pub_id, c->pub_id)) continue;
+      shown[m] = true;
+      sub_rows(f, &d->channels[m]);
+    }
+    if (!shown[k]) { /* no pub_id at all */
+      shown[k] = true;
+      sub_rows(f, c);
+    }
+  }
+  free(order);
+  free(shown);
+  fputs("ms: publishers: backpressure (message sent -> released by every channel);\n"
+        "    subscribers: processing (message handed over -> released)\n",
+        f);
+}
+
+/* ---- the command ------------------------------------------------------------------------------
+ */
+
+/* Fetches and prints one profile. Returns 0 or the library error. */
+static int show(const cli_ctx *ctx, const profile_opts *po) {
+  char *json = NULL;
+  int rc = ez_profile(ctx->address, po->window_s, &json, ctx->timeout_ms);
+  if (rc) return rc;
+  if (!po->table) {
+    print_json(json, stdout);
+  } else {
+    ez_profile_data d;
+    rc = ez_profile_parse(json, &d);
+    if (!rc) {
+      print_table(&d, ctx->shown, stdout);
+      ez_profile_data_free(&d);
+    }
+  }
+  free(json);
+  return rc;
+}
+
+int cmd_profile(int argc, char **argv) {
+  profile_opts po = {.window_s = EZ_PROFILE_WINDOW_S};
+  cli_ctx ctx;
+  int rc = cli_parse(&profile_spec, argc, argv, &ctx, on_opt, &po);
+  if (rc >= 0) return rc;
+  if (po.watch_s <= 0) {
+    rc = show(&ctx, &po);
+    return rc ? cli_fail(&ctx, rc, "profile") : 0;
+  }
+
+  /* --watch: SIGINT / SIGTERM are blocked and taken synchronously between redraws, so a request
+   * in progress is never cut and the exit status is 0. */
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  sigprocmask(SIG_BLOCK, &stop, NULL);
+  bool tty = isatty(STDOUT_FILENO);
+  bool ever_ok = false;
+  for (unsigned n = 0;; n++) {
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (tty)
+      fputs("\033[H\033[2J", stdout);
+    else if (n > 0)
+      fputc('\n', stdout);
+    rc = show(&ctx, &po);
+    if (rc && !ever_ok) return cli_fail(&ctx, rc, "profile"); /* nothing to watch */
+    if (rc) {
+      /* Keep watching across a graph server restart; say so in place of the table. */
+      printf("(no profile: %s, graph server %s)\n",
+             rc == EZ_ENOSERVER ? "not running" : ez_strerror(rc), ctx.shown);
+    }
+    ever_ok = ever_ok || !rc;
+    if (fflush(stdout) != 0 || ferror(stdout)) return 1;
+    /* Sleep what is left of the interval, or until a stop signal. */
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double spent = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    double left = po.watch_s - spent;
+    if (left < 0) left = 0;
+    struct timespec wait = {(time_t)left, (long)((left - floor(left)) * 1e9)};
+    int sig;
+    do {
+      sig = sigtimedwait(&stop, NULL, &wait);
+    } while (sig < 0 && errno == EINTR);
+    if (sig == SIGINT || sig == SIGTERM) return 0;
+  }
+}
