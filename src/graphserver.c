@@ -465,6 +465,8 @@ static void on_profile_data(server *s, conn *c, const char *json, size_t n) {
 }
 
 static void handle_register(server *s, conn *c, uint8_t cmd, const char *topic, size_t n) {
+  if (!ezi_utf8_valid(topic, n) || memchr(topic, 0, n))
+    return protocol_error(c, "topic is not valid UTF-8");
   c->topic = ezi_strndup(topic, n);
   if (!c->topic) return conn_close(c);
   ezi_uuid(c->id);

@@ -2,6 +2,7 @@
 # The ezmsg command-line tool: usage and exit codes, error messages, and a background server
 # driven through start / connect / graphviz / mermaid / disconnect / shutdown, plus `serve`
 # stopping on SIGTERM and SIGINT. Servers run on free 127.0.0.1 ports and are stopped by pid.
+# shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 unset EZMSG_GRAPHSERVER_ADDR
 
@@ -51,7 +52,7 @@ expect_rc 2 "$EZ_CLI" serve --timeout 5
 pass "bad arguments: exit 2 with usage on stderr"
 
 for bad in nonsense 127.0.0.1 127.0.0.1: :8080 127.0.0.1:99999 127.0.0.1:-1 127.0.0.1:80x \
-  "127.0.0.1: 80" 127.0.0.1:0 "bad host:80"; do
+  "127.0.0.1: 80" 127.0.0.1:0 "bad host:80" ""; do
   expect_rc 2 "$EZ_CLI" connect --address "$bad" /a /b
   assert_contains "$T/err" "usage: ezmsg connect" "connect --address '$bad'"
   expect_rc 2 "$EZ_CLI" graphviz --address="$bad"

@@ -2,6 +2,7 @@
 # The installed package: `cmake --install` into a temporary prefix, then a small program built
 # against that copy three ways (pkg-config, pkg-config --static with libezmsg.a, CMake
 # find_package(ezmsg) + ezmsg::ezmsg) and run; the installed CLI runs too.
+# shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 
 : "${EZ_BUILD:?EZ_BUILD must name the build directory}"

@@ -11,7 +11,6 @@ set -u
 EZ_CLI=${EZ_CLI:-ezmsg}
 T=$(mktemp -d "${TMPDIR:-/tmp}/ezsh.XXXXXX")
 EZ_PIDS=()
-EZ_FAILED=0
 
 # ---- processes ---------------------------------------------------------------------------------
 

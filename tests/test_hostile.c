@@ -772,6 +772,104 @@ static void test_byte_by_byte(void **state) {
   healthy(f);
 }
 
+/* Topics that are not UTF-8, or hold a NUL, cannot go into the DAG pickle: such a CONNECT must be
+ * refused (closed without an answer, as Python's server fails to decode it) rather than poison
+ * the graph so that every later DAG request fails. (Found against src/graphserver.c handle_edge,
+ * which at first accepted them; ezi_dag_pickle then failed and handle_dag closed every DAG
+ * connection until the edge was removed.) */
+static void test_bad_topic_bytes(void **state) {
+  fixture *f = *state;
+  const char *bad[][2] = {{"\xff\xfe", "/b"}, {"/a", "\xc3("}, {"/ok\xed\xa0", "/b"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int fd = raw_connect(f->addr);
+    wr_cmd(fd, CONNECT, bad[i][0], bad[i][1]);
+    assert_true(closed_silently(fd, TMO));
+    close(fd);
+  }
+  /* "/a\0zz" -> "/b": a NUL inside a string. */
+  uint8_t m[1 + 8 + 5 + 8 + 2] = {CONNECT};
+  put_u64le(m + 1, 5);
+  memcpy(m + 9, "/a\0zz", 5);
+  put_u64le(m + 14, 2);
+  memcpy(m + 22, "/b", 2);
+  expect_rejected(f->addr, m, sizeof m);
+  ez_graph g;
+  assert_int_equal(ez_graph_dag(f->addr, &g, TMO), 0);
+  assert_null(find_node(&g, "/a"));
+  assert_null(find_node(&g, "/b"));
+  ez_graph_free(&g);
+  healthy(f);
+}
+
+/* Leaves the server with every kind of request half done: a subscriber that never answers its
+ * UPDATEs, a publisher whose registration waits on it and that answers neither SYNC nor PROFILE,
+ * a CONNECT, a SYNC and a PROFILE waiting, a segment lease, a half-sent frame. Returns the fds. */
+static int pending_everything(fixture *f, int fds[8], char name[64]) {
+  char id[37], ids[64];
+  int n = 0;
+  int sub = fds[n++] = fake_sub(f->addr, "/pend", id, ids, sizeof ids);
+  int pub = fds[n++] = fake_pub_begin(f->addr, "/pend", "127.0.0.1:45678", id);
+  expect_u8(sub, UPDATE); /* and never answered */
+  rd_str(sub, ids, sizeof ids);
+  int c = fds[n++] = raw_connect(f->addr);
+  wr_cmd(c, CONNECT, "/up", "/pend");
+  expect_u8(sub, UPDATE);
+  rd_str(sub, ids, sizeof ids);
+  int sy = fds[n++] = raw_connect(f->addr);
+  wr_u8(sy, SYNC);
+  expect_u8(pub, SYNC);
+  int pr = fds[n++] = raw_connect(f->addr);
+  wr_u8(pr, PROFILE);
+  wr_u64(pr, 1000);
+  expect_u8(pub, PROFILE);
+  rd_u64(pub);
+  int sh = fds[n++] = raw_connect(f->addr);
+  wr_u8(sh, SHM_CREATE);
+  wr_u64(sh, 2);
+  wr_u64(sh, 64);
+  expect_u8(sh, COMPLETE);
+  rd_str(sh, name, 64);
+  int half = fds[n++] = raw_connect(f->addr);
+  wr(half, (const uint8_t[]){CONNECT, 9, 0}, 3);
+  return n;
+}
+
+/* The server stops cleanly (exit 0, every connection closed) with all of that going on: on
+ * SIGTERM, and on a SHUTDOWN request. */
+static void test_stop_with_pending_requests(void **state) {
+  fixture *f = *state;
+  int fds[8];
+  char seg[64], path[128];
+  int n = pending_everything(f, fds, seg);
+  snprintf(path, sizeof path, "/dev/shm/%s", seg);
+  assert_int_equal(access(path, F_OK), 0);
+  assert_int_equal(th_stop(f->pid, SIGTERM, TMO), 0);
+  f->pid = 0;
+  assert_int_not_equal(access(path, F_OK), 0); /* the server removed its segment */
+  for (int i = 0; i < n; i++) {
+    uint8_t b[256];
+    int rc; /* whatever was still due may come first; then the end */
+    while ((rc = rd_exact(fds[i], b, 1, TMO)) == 0) {
+    }
+    assert_int_equal(rc, -2);
+    close(fds[i]);
+  }
+}
+
+static void test_shutdown_with_pending_requests(void **state) {
+  fixture *f = *state;
+  int fds[8];
+  char seg[64], path[128];
+  int n = pending_everything(f, fds, seg);
+  snprintf(path, sizeof path, "/dev/shm/%s", seg);
+  assert_int_equal(ez_graph_shutdown(f->addr, TMO), 0);
+  assert_int_equal(th_wait_exit(f->pid, TMO), 0);
+  f->pid = 0;
+  assert_int_not_equal(access(path, F_OK), 0);
+  for (int i = 0; i < n; i++)
+    close(fds[i]);
+}
+
 /* Several requests' worth of bytes in one write: the first is served, the rest discarded. */
 static void test_trailing_bytes(void **state) {
   fixture *f = *state;
@@ -807,6 +905,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_subscriber_never_reads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_byte_by_byte, setup, teardown),
       cmocka_unit_test_setup_teardown(test_trailing_bytes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bad_topic_bytes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stop_with_pending_requests, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_shutdown_with_pending_requests, setup, teardown),
   };
   signal(SIGPIPE, SIG_IGN);
 #ifdef EZ_ASAN

@@ -175,7 +175,12 @@ static void child_ready(child *c, char *out, size_t cap) {
   }
   line[n] = 0;
   if (strncmp(line, "OK", 2) != 0) fail_msg("child %d: %s", (int)c->pid, line);
-  if (out) snprintf(out, cap, "%s", line[2] == ' ' ? line + 3 : "");
+  if (out && cap) {
+    const char *rest = line[2] == ' ' ? line + 3 : "";
+    size_t k = strlen(rest) < cap ? strlen(rest) : cap - 1;
+    memcpy(out, rest, k);
+    out[k] = 0;
+  }
 }
 
 /* Stops a child by pid (SIGTERM: it is killed in the middle of whatever it does, as a crashed
@@ -238,7 +243,7 @@ static void pub_child(int wfd, void *arg) {
 }
 
 /* A subscribing child: subscribers on up to 4 topics (with handles; NULL: the default), each
- * message held `hold_ms` before it is released. */
+ * message held `hold_ms` before it is released (negative: never received at all). */
 typedef struct sub_args {
   const char *addr;
   const char *topics[4];
@@ -264,6 +269,8 @@ static void sub_child(int wfd, void *arg) {
     strcat(ids, ez_sub_id(subs[n]));
   }
   child_say(wfd, "OK %s", ids);
+  while (a->hold_ms < 0)
+    sleep_ms(1000); /* never receives: messages stay queued */
   for (;;) {
     if (poll(pf, (nfds_t)n, 200) < 0 && errno != EINTR) _exit(5);
     for (size_t i = 0; i < n; i++) {
@@ -511,8 +518,8 @@ static void rate_and_processing(const char *addr, bool force_tcp, const char *wa
   assert_true(s->processing.in_flight <= c->num_buffers);
   ez_profile_data_free(&d);
   free(json);
+  child_stop(&sub); /* subscribers first: see test_bug_sub_destroy_with_queued_message */
   child_stop(&pub);
-  child_stop(&sub);
 }
 
 static void test_rate_processing_shm(void **state) {
@@ -727,8 +734,8 @@ static void test_silent_and_leaving_clients(void **state) {
 
   close(silent);
   close(fchan);
+  child_stop(&sub); /* subscribers first: see test_bug_sub_destroy_with_queued_message */
   child_stop(&pub);
-  child_stop(&sub);
 }
 
 /* Counters the churn children share with the test (anonymous shared memory). */
@@ -781,6 +788,74 @@ static void churn_child(int wfd, void *arg) {
     atomic_fetch_add(&a->sh->cycles[a->which], 1);
     if (i == 0) child_say(wfd, "OK");
   }
+}
+
+/* LIBRARY BUG REPRODUCTION (src/channel.c, ezi_chan_leave): destroying a subscriber that still
+ * has a queued, never-received message frees its chan_sub twice. ezi_chan_leave marks the
+ * chan_sub gone, then ezi_sub_purge releases the queued message through ezi_chan_release, which
+ * sees gone && in_flight == 0 and frees the chan_sub (and drops the channel's last reference,
+ * destroying the channel); back in ezi_chan_leave, `cs->in_flight` and `c->mu` are read from the
+ * freed memory and, in_flight reading 0, cs is freed again (ASan: heap-use-after-free at
+ * channel.c ezi_chan_leave; without ASan glibc aborts with "double free or corruption").
+ * The churn test below hits it as soon as a churned subscriber is destroyed with a message of the
+ * 200 Hz publisher still queued. Run in a child so the crash is contained; want exit status 0. */
+static void sub_destroy_child(int wfd, void *arg) {
+  const char *addr = arg;
+  ez_context *ctx = NULL;
+  int rc = ez_context_open(addr, &ctx);
+  CHILD_CHECK(wfd, rc == 0, "ez_context_open: %s", ez_strerror(rc));
+  child_say(wfd, "OK");
+  for (int i = 0; i < 3; i++) {
+    ez_pub *p = NULL;
+    ez_sub *s = NULL;
+    rc = ez_pub_create(ctx, "/bug/queued", NULL, &p);
+    CHILD_CHECK(wfd, rc == 0, "ez_pub_create: %s", ez_strerror(rc));
+    rc = ez_sub_create(ctx, "/bug/queued", NULL, &s);
+    CHILD_CHECK(wfd, rc == 0, "ez_sub_create: %s", ez_strerror(rc));
+    rc = ez_publish(p, "x", 1, 1000);
+    CHILD_CHECK(wfd, rc == 0, "ez_publish: %s", ez_strerror(rc));
+    ez_sub_destroy(s); /* the message is still queued: never received */
+    ez_pub_destroy(p);
+  }
+  ez_context_close(ctx);
+  _exit(0);
+}
+
+static void test_bug_sub_destroy_with_queued_message(void **state) {
+  fixture *f = *state;
+  /* 1. Same process: ez_sub_destroy with a queued message. */
+  child c = spawn_child(sub_destroy_child, f->addr);
+  child_ready(&c, NULL, 0);
+  int st = th_wait_exit(c.pid, 20000);
+  for (int i = 0; i < MAX_CHILDREN; i++)
+    if (g_children[i] == c.pid) g_children[i] = 0;
+  close(c.rfd);
+  if (st != 0)
+    fail_msg("destroying a subscriber with a queued message: child exit status %d "
+             "(134 = abort: double free in ezi_chan_leave)",
+             st);
+
+  /* 2. Across processes: the publisher goes away while the subscriber has messages queued; the
+   * UPDATE that drops its channel takes the same path (ezi_chan_leave -> purge -> release). */
+  sub_args sa = {.addr = f->addr, .topics = {"/bug/remote"}, .hold_ms = -1};
+  child sub = spawn_child(sub_child, &sa);
+  child_ready(&sub, NULL, 0);
+  pub_args pa = {.addr = f->addr, .topics = {"/bug/remote"}, .hz = 200};
+  child pub = spawn_child(pub_child, &pa);
+  child_ready(&pub, NULL, 0);
+  sleep_ms(500); /* the subscriber's queue fills up (32 messages, then backpressure) */
+  child_stop(&pub);
+  sleep_ms(1000);
+  int status = 0;
+  if (waitpid(sub.pid, &status, WNOHANG) == sub.pid) {
+    for (int i = 0; i < MAX_CHILDREN; i++)
+      if (g_children[i] == sub.pid) g_children[i] = 0;
+    close(sub.rfd);
+    fail_msg("the subscriber died when its publisher left with messages queued (%s %d)",
+             WIFSIGNALED(status) ? "signal" : "exit status",
+             WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  }
+  child_stop(&sub);
 }
 
 /* Profiles in a loop while publishers, subscribers and channels come and go: every call succeeds
@@ -900,8 +975,8 @@ static void test_window_edges(void **state) {
     ez_profile_data_free(&d);
     free(json);
   }
+  child_stop(&sub); /* subscribers first: see test_bug_sub_destroy_with_queued_message */
   child_stop(&pub);
-  child_stop(&sub);
 }
 
 static bool str_eq_json(const char *s, const json_t *j) {
@@ -999,9 +1074,9 @@ static void test_parse_real_document(void **state) {
   ez_profile_data_free(&d);
   json_decref(doc);
   free(json);
-  child_stop(&pub);
   child_stop(&c1);
   child_stop(&c2);
+  child_stop(&pub);
 }
 
 /* The CLI's table against a live graph: every line fits in 100 columns, long topics and handles
@@ -1039,8 +1114,8 @@ static void test_cli_table(void **state) {
   }
   assert_true(lines >= 6);
   assert_true(cut_topic && cut_handle && short_row && mode_shm);
+  child_stop(&sub); /* subscribers first: see test_bug_sub_destroy_with_queued_message */
   child_stop(&pub);
-  child_stop(&sub);
 }
 
 /* --watch: successive tables separated by a blank line when stdout is not a terminal, no screen
@@ -1076,6 +1151,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_rate_processing_tcp, setup, teardown),
       cmocka_unit_test_setup_teardown(test_local_and_context_profile, setup, teardown),
       cmocka_unit_test_setup_teardown(test_silent_and_leaving_clients, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bug_sub_destroy_with_queued_message, setup, teardown),
       cmocka_unit_test_setup_teardown(test_profile_under_churn, setup, teardown),
       cmocka_unit_test_setup_teardown(test_window_edges, setup, teardown),
       cmocka_unit_test_setup_teardown(test_parse_real_document, setup, teardown),

@@ -493,7 +493,9 @@ static void child_prepare(unsigned alarm_s) {
   alarm(alarm_s);
 }
 
-/* One node in its own process (shm, tcp). */
+/* One node in its own process (shm, tcp). Setup runs in three steps, each answered with a
+ * node_result: create (the coordinator does one node at a time), wait for the downstream channels
+ * (all at once), then run from the start time it sends. */
 static void node_child(node *nd, const perf_case *pc, int fd, int setup_ms) {
   uint64_t deadline = now_ns() + (uint64_t)setup_ms * 1000000u;
   node_result *r = &nd->res;
@@ -503,8 +505,14 @@ static void node_child(node *nd, const perf_case *pc, int fd, int setup_ms) {
   cs.address[sizeof cs.address - 1] = 0;
   int rc = ez_context_open(cs.address, &ctx);
   if (rc) fail(r, rc, "context on %s: %s", cs.address, ez_strerror(rc));
+  /* The pong side subscribes first, so that no two processes join each other's channels at the
+   * same moment (see "Where the time goes" in bench/RESULTS.md: that can stall both for 5 s). */
+  if (!rc && nd->role == R_PONG) rc = make_sub(ctx, nd);
   if (!rc) rc = make_pub(ctx, nd, pc);
-  if (!rc) rc = make_sub(ctx, nd);
+  if (!rc && nd->role != R_PONG) rc = make_sub(ctx, nd);
+  if (io_full(fd, r, sizeof *r, true, deadline) || rc) _exit(rc ? 4 : 3);
+  uint8_t step = 0;
+  if (io_full(fd, &step, 1, false, deadline) || step != 'W') _exit(3);
   /* Every edge is up before the start: wait until each downstream process has its channel. */
   while (!rc && nd->pub && ez_pub_num_channels(nd->pub) < nd->downstream) {
     if (now_ns() > deadline) {
@@ -750,8 +758,20 @@ static void run_case(const perf_case *pc, unsigned tag, const char *address, int
     snprintf(cs.address, sizeof cs.address, "%s", address);
   }
   uint64_t deadline = now_ns() + (uint64_t)setup_ms * 1000000u;
+  /* Create one node at a time (see node_child), then let all wait for their channels. */
+  for (unsigned i = 0; i < k.n && !rc; i++) {
+    if (io_full(k.fd[i], &cs, sizeof cs, true, deadline) ||
+        io_full(k.fd[i], &t.nodes[i].res, sizeof t.nodes[i].res, false, deadline)) {
+      rc = -1;
+      snprintf(cr->err, sizeof cr->err, "node %u did not start in time", i);
+    } else if (t.nodes[i].res.rc) {
+      rc = -1;
+      snprintf(cr->err, sizeof cr->err, "node %u: %s", i, t.nodes[i].res.err);
+    }
+  }
+  uint8_t wait_step = 'W';
   for (unsigned i = 0; i < k.n && !rc; i++)
-    if (io_full(k.fd[i], &cs, sizeof cs, true, deadline)) rc = -1;
+    if (io_full(k.fd[i], &wait_step, 1, true, deadline)) rc = -1;
   for (unsigned i = 0; i < k.n && !rc; i++) {
     if (io_full(k.fd[i], &t.nodes[i].res, sizeof t.nodes[i].res, false, deadline)) {
       rc = -1;

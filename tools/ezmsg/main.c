@@ -19,7 +19,7 @@ enum { OPT_ADDRESS = 1000, OPT_TIMEOUT, OPT_HELP };
 
 static void main_usage(FILE *f) {
   fprintf(f, "usage: ezmsg COMMAND [options] [args]\n\n"
-             "The ezmsg command-line tool: run a graph server and edit or show its topic graph.\n\n"
+             "The ezmsg command-line tool: run a graph server, edit and inspect its graph.\n\n"
              "commands:\n");
   for (size_t i = 0; i < N_COMMANDS; i++)
     fprintf(f, "  %-12s %s\n", cli_commands[i].name, cli_commands[i].summary);
@@ -69,7 +69,7 @@ int cli_fail(const cli_ctx *ctx, int rc, const char *what_fmt, ...) {
 int cli_check_address(const char *addr, bool allow_port0, char out[300]) {
   char host[256];
   uint16_t port;
-  if (addr && strlen(addr) >= 300) return EZ_EADDR;
+  if (addr && (!*addr || strlen(addr) >= 300)) return EZ_EADDR; /* "" is not "the default" */
   ezi_addr_resolve(addr, out);
   if (ezi_addr_parse(out, host, &port)) return EZ_EADDR;
   if (!allow_port0 && port == 0) return EZ_EADDR;
