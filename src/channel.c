@@ -2,7 +2,7 @@
  * each message once (in place from the publisher's segment when local or over shared memory, or
  * as TX_TCP bytes), notifies its subscribers, and acks the publisher when the last one releases
  * it. The I/O thread runs its links; user threads view and release messages. */
-#include "context.h"
+#include "channel.h"
 #include "graphclient.h"
 
 #include <stdio.h>
@@ -11,53 +11,6 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#define MAX_TCP_MSG ((uint64_t)1 << 30) /* the largest TX_TCP message we accept */
-#define HDR_LIMIT 4096
-
-typedef struct slot {
-  uint64_t msg_id;
-  bool live;
-  uint32_t refs; /* subscribers still holding it */
-  ezi_unmarshalled um;
-  uint8_t *owned; /* TX_TCP bytes */
-  ezi_seg *seg;   /* the segment the bytes live in */
-  ez_iov *iov;    /* raw pickles: the buffers */
-} slot;
-
-struct chan_sub {
-  chan *ch;
-  ez_sub *sub;
-  uint64_t *t0; /* notify time per slot (0: not held) */
-  uint64_t in_flight;
-  bool gone;
-  ezi_window proc;
-};
-
-struct chan {
-  ez_context *ctx;
-  char id[37], pub_id[37];
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  uint32_t nbuf;
-  slot *slots;
-  chan_sub **subs;
-  size_t n_subs;
-  int refs; /* chan_subs alive (chan->mu) */
-  const char *mode;
-  /* local */
-  ez_pub *local_pub;
-  int pub_users;
-  /* remote (I/O thread) */
-  ezi_watch pw;
-  ezi_buf pin;
-  ezi_outbox acks;
-  ezi_seg *seg;
-  /* graph link (I/O thread) */
-  ezi_watch gw;
-  ezi_buf gin;
-  ezi_outbox gout;
-};
 
 const char *ezi_chan_pub_id(const chan *c) { return c->pub_id; }
 
@@ -70,8 +23,7 @@ static void slot_clear(slot *s) {
   *s = (slot){0};
 }
 
-/* Acks msg_id to the publisher. Never called with c->mu held. */
-static void ack(chan *c, uint64_t msg_id) {
+void ezi_chan_ack(chan *c, uint64_t msg_id) {
   pthread_mutex_lock(&c->mu);
   ez_pub *pub = c->local_pub;
   if (pub) c->pub_users++;
@@ -89,9 +41,7 @@ static void ack(chan *c, uint64_t msg_id) {
   ezi_outbox_put(c->ctx, &c->acks, b, 9);
 }
 
-/* Stores a validated message and notifies the subscribers (c->mu held). Returns true if someone
- * took it; otherwise the caller acks it at once. */
-static bool deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
+bool ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
                     ezi_seg *seg) {
   slot *s = &c->slots[msg_id % c->nbuf];
   if (s->live) {
@@ -136,7 +86,7 @@ bool ezi_chan_put_local(chan *c, uint64_t msg_id, ezi_seg *seg, const uint8_t *d
   if (ezi_unmarshal(data, len, &um)) return false;
   pthread_mutex_lock(&c->mu);
   c->mode = "local";
-  bool took = deliver(c, msg_id, &um, NULL, seg);
+  bool took = ezi_chan_deliver(c, msg_id, &um, NULL, seg);
   pthread_mutex_unlock(&c->mu);
   return took;
 }
@@ -190,122 +140,13 @@ void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
       do_ack = true;
     }
   }
-  free_cs = cs->gone && cs->in_flight == 0;
+  free_cs = cs->gone && !cs->leaving && cs->in_flight == 0;
   pthread_mutex_unlock(&c->mu);
-  if (do_ack) ack(c, msg_id);
+  if (do_ack) ezi_chan_ack(c, msg_id);
   if (free_cs) {
     free(cs->t0);
     free(cs);
     chan_unref(c);
-  }
-}
-
-/* ---- remote link --------------------------------------------------------------------------- */
-
-static void pub_link_close(chan *c) {
-  if (c->pw.fd < 0) return;
-  ezi_loop_del(&c->pw);
-  ezi_outbox_close(c->ctx, &c->acks);
-  close(c->pw.fd);
-  c->pw.fd = -1;
-  ezi_buf_free(&c->pin);
-}
-
-static int switch_segment(chan *c, const char *name, size_t n) {
-  char nm[EZI_SHM_NAME_MAX + 1];
-  if (n > EZI_SHM_NAME_MAX) return EZ_EPROTO;
-  memcpy(nm, name, n);
-  nm[n] = 0;
-  ezi_seg *ns = NULL;
-  int rc = ezi_seg_attach(c->ctx->address, nm, &ns, EZ_DEFAULT_TIMEOUT_MS);
-  if (rc) return rc;
-  if (ns->shm.num_buffers != c->nbuf) {
-    ezi_seg_unref(ns);
-    return EZ_EPROTO;
-  }
-  ezi_seg_unref(c->seg); /* slots keep their own references */
-  c->seg = ns;
-  return 0;
-}
-
-/* Parses one data frame from c->pin: bytes used, 0 for more, < 0 on a protocol error. */
-static long data_frame(chan *c) {
-  ezi_rd r;
-  ezi_rd_init(&r, ezi_buf_head(&c->pin), ezi_buf_pending(&c->pin), EZI_SHM_NAME_MAX);
-  uint8_t cmd = 0;
-  uint64_t msg_id = 0, size = 0;
-  const char *name = NULL;
-  size_t nn = 0;
-  if (ezi_rd_u8(&r, &cmd) && ezi_rd_u64(&r, &msg_id)) {
-    if (cmd == EZI_TX_SHM) ezi_rd_str(&r, &name, &nn);
-    else if (cmd == EZI_TX_TCP && ezi_rd_u64(&r, &size) && size <= MAX_TCP_MSG) ezi_rd_skip(&r, (size_t)size);
-    else if (cmd != EZI_TX_TCP) return EZ_EPROTO;
-  }
-  if (cmd == EZI_TX_TCP && size > MAX_TCP_MSG) return EZ_EMSGSIZE;
-  int st = ezi_rd_status(&r);
-  if (st <= 0) return st;
-
-  ezi_unmarshalled um;
-  uint8_t *owned = NULL;
-  ezi_seg *seg = NULL;
-  if (cmd == EZI_TX_SHM) {
-    if (!c->seg || strlen(c->seg->shm.name) != nn || memcmp(c->seg->shm.name, name, nn)) {
-      int rc = switch_segment(c, name, nn);
-      if (rc) return rc;
-    }
-    seg = c->seg;
-    const uint8_t *d = ezi_seg_data(seg, msg_id % c->nbuf);
-    if (ezi_unmarshal(d, ezi_seg_room(seg), &um) || um.msg_id != msg_id) return EZ_EPROTO;
-  } else {
-    const uint8_t *d = r.p + r.pos - size;
-    owned = malloc(size ? (size_t)size : 1);
-    if (!owned) return EZ_ENOMEM;
-    memcpy(owned, d, (size_t)size);
-    if (ezi_unmarshal(owned, (size_t)size, &um) || um.size != size || um.msg_id != msg_id) {
-      free(owned);
-      return EZ_EPROTO;
-    }
-  }
-  pthread_mutex_lock(&c->mu);
-  c->mode = cmd == EZI_TX_SHM ? "shm" : "tcp";
-  bool took = deliver(c, msg_id, &um, owned, seg);
-  pthread_mutex_unlock(&c->mu);
-  if (!took) ack(c, msg_id);
-  return (long)r.pos;
-}
-
-/* How many bytes c->pin may hold: room for headers, or a whole TX_TCP frame once its header says
- * how large it is (the buffer grows only as its bytes arrive). */
-static size_t pin_limit(const chan *c) {
-  const uint8_t *h = ezi_buf_head(&c->pin);
-  size_t limit = 65536 + HDR_LIMIT;
-  if (ezi_buf_pending(&c->pin) >= 17 && h[0] == EZI_TX_TCP) {
-    uint64_t size = ezi_get_u64le(h + 9);
-    if (size <= MAX_TCP_MSG && size + 17 > limit) limit = (size_t)size + 17;
-  }
-  return limit;
-}
-
-static void on_pub(ezi_watch *w, uint32_t ev) {
-  chan *c = w->arg;
-  if ((ev & EPOLLOUT) && ezi_outbox_flush(&c->acks)) return pub_link_close(c);
-  if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
-  long n;
-  while ((n = ezi_buf_fill(&c->pin, w->fd, pin_limit(c))) > 0) {
-    for (;;) {
-      long used = data_frame(c);
-      if (used < 0) {
-        EZI_WARN("channel %s: bad data from publisher %s (%s); dropping the link", c->id, c->pub_id,
-                 ez_strerror((int)used));
-        return pub_link_close(c);
-      }
-      if (used == 0) break;
-      ezi_buf_consume(&c->pin, (size_t)used);
-    }
-  }
-  if (n < 0) {
-    EZI_DEBUG("channel %s: publisher %s went away", c->id, c->pub_id);
-    pub_link_close(c);
   }
 }
 
@@ -405,48 +246,18 @@ static int register_channel(chan *c, char **addr, uint64_t deadline) {
   return fd;
 }
 
-/* The channel handshake with a publisher in another process. */
-static int connect_publisher(chan *c, const char *addr, uint64_t deadline) {
-  char host[256];
-  uint16_t port;
-  if (ezi_addr_parse(addr, host, &port)) return EZ_EPROTO;
-  int fd = ezi_tcp_connect(host, port, ezi_ms_left(deadline));
-  if (fd < 0) return fd == EZ_ENOSERVER ? EZ_ECONNLOST : fd;
-  ezi_buf b = {0};
-  ezi_buf_put_u8(&b, EZI_CHANNEL);
-  ezi_buf_put_cstr(&b, c->id);
-  int rc = b.data ? ezi_io_write(fd, b.data, b.len, deadline) : EZ_ENOMEM;
-  ezi_buf_reset(&b);
-  char *shm_name = NULL;
-  if (!rc) rc = ezi_io_read_str(fd, &shm_name, NULL, 1024, deadline);
-  if (!rc) {
-    if (!*shm_name || strlen(shm_name) > EZI_SHM_NAME_MAX ||
-        ezi_seg_attach(c->ctx->address, shm_name, &c->seg, ezi_ms_left(deadline)))
-      c->seg = NULL;
-    ezi_buf_put_u8(&b, c->seg ? EZI_SHM_OK : EZI_SHM_ATTACH_FAILED);
-    ezi_buf_put_u64(&b, (uint64_t)c->ctx->pid);
-    rc = b.data ? ezi_io_write(fd, b.data, b.len, deadline) : EZ_ENOMEM;
+static void chan_register(ez_context *ctx, chan *c) {
+  pthread_mutex_lock(&ctx->mu);
+  chan **v = realloc(ctx->chans, (ctx->n_chans + 1) * sizeof *v);
+  if (v) {
+    ctx->chans = v;
+    ctx->chans[ctx->n_chans++] = c;
   }
-  free(shm_name);
-  ezi_buf_free(&b);
-  uint8_t r = 0;
-  uint64_t nbuf = 0;
-  if (!rc) rc = ezi_io_read(fd, &r, 1, deadline);
-  if (!rc && r != EZI_COMPLETE) rc = EZ_EPROTO;
-  if (!rc) rc = ezi_io_read_u64(fd, &nbuf, deadline);
-  if (!rc && (nbuf < 1 || nbuf > EZI_SHM_MAX_BUFFERS)) rc = EZ_EPROTO;
-  if (!rc && c->seg && c->seg->shm.num_buffers != nbuf) {
-    ezi_seg_unref(c->seg); /* not the layout the publisher says: use nothing of it */
-    c->seg = NULL;
-  }
-  if (rc) {
-    close(fd);
-    return rc;
-  }
-  c->nbuf = (uint32_t)nbuf;
-  return fd;
+  pthread_mutex_unlock(&ctx->mu);
 }
 
+/* Registers the channel at the graph server (which answers at once), then either attaches it to
+ * the publisher in this process (ready now) or starts the handshake with the remote one. */
 static int chan_create(ez_context *ctx, const char *pub_id, chan **out) {
   chan *c = calloc(1, sizeof *c);
   if (!c) return EZ_ENOMEM;
@@ -456,36 +267,57 @@ static int chan_create(ez_context *ctx, const char *pub_id, chan **out) {
   c->pw.fd = c->gw.fd = -1;
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
-  uint64_t deadline = ezi_deadline(EZ_DEFAULT_TIMEOUT_MS);
   char *addr = NULL;
-  int gfd = register_channel(c, &addr, deadline), pfd = -1, rc = 0;
-  if (gfd < 0) rc = gfd;
-  ez_pub *local = rc ? NULL : ezi_ctx_find_pub(ctx, pub_id);
-  if (!rc && local) c->nbuf = ezi_pub_num_buffers(local);
-  else if (!rc && (pfd = connect_publisher(c, addr, deadline)) < 0) rc = pfd;
-  free(addr);
-  if (!rc && !(c->slots = calloc(c->nbuf, sizeof *c->slots))) rc = EZ_ENOMEM;
-  if (rc) {
-    if (gfd >= 0) close(gfd);
-    if (pfd >= 0) close(pfd);
-    ezi_seg_unref(c->seg);
-    free(c->slots);
+  int gfd = register_channel(c, &addr, ezi_deadline(EZ_DEFAULT_TIMEOUT_MS));
+  if (gfd < 0) {
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
     free(c);
-    return rc;
+    return gfd;
   }
   c->gw = (ezi_watch){.fd = gfd, .fn = on_graph, .arg = c};
   ezi_outbox_init(&c->gout, &c->gw, EPOLLIN | EPOLLRDHUP);
   ezi_loop_add(ctx->loop, &c->gw, EPOLLIN | EPOLLRDHUP);
+  chan_register(ctx, c);
+  ez_pub *local = ezi_ctx_find_pub(ctx, pub_id);
+  int rc = 0;
   if (local) {
-    c->local_pub = local;
-    ezi_pub_set_local(local, c);
+    c->nbuf = ezi_pub_num_buffers(local);
+    if (!(c->slots = calloc(c->nbuf, sizeof *c->slots))) {
+      rc = EZ_ENOMEM;
+    } else {
+      c->state = CH_READY;
+      c->local_pub = local;
+      ezi_pub_set_local(local, c);
+    }
   } else {
-    c->pw = (ezi_watch){.fd = pfd, .fn = on_pub, .arg = c};
-    ezi_outbox_init(&c->acks, &c->pw, EPOLLIN | EPOLLRDHUP);
-    ezi_loop_add(ctx->loop, &c->pw, EPOLLIN | EPOLLRDHUP);
+    c->state = CH_CONNECTING;
+    rc = ezi_chan_link_start(c, addr);
+  }
+  free(addr);
+  if (rc) {
+    chan_destroy(c);
+    return rc;
   }
   *out = c;
   return 0;
+}
+
+int ezi_chan_link_done(chan *c, int rc) {
+  pthread_mutex_lock(&c->mu);
+  size_t n = c->n_subs;
+  chan_sub **waiting = malloc((n ? n : 1) * sizeof *waiting);
+  if (!rc && (!waiting || !(c->slots = calloc(c->nbuf, sizeof *c->slots)))) rc = EZ_ENOMEM;
+  for (size_t i = 0; i < n && !rc; i++)
+    if (!(c->subs[i]->t0 = calloc(c->nbuf, sizeof(uint64_t)))) rc = EZ_ENOMEM;
+  c->state = rc ? CH_FAILED : CH_READY;
+  if (waiting) memcpy(waiting, c->subs, n * sizeof *waiting);
+  pthread_mutex_unlock(&c->mu);
+  if (rc) ezi_chan_link_close(c);
+  /* Tell each waiting subscriber; on failure they leave, and the last one takes the channel. */
+  for (size_t i = 0; waiting && i < n; i++) ezi_sub_join_done(waiting[i]->sub, waiting[i], rc);
+  free(waiting);
+  return rc;
 }
 
 void ezi_chan_pub_gone(chan *c) {
@@ -512,9 +344,9 @@ static void chan_destroy(chan *c) {
     ezi_pub_set_local(pub, NULL);
     ezi_chan_pub_gone(c);
   }
-  pub_link_close(c);
+  ezi_chan_link_close(c);
   graph_link_close(c);
-  for (uint32_t i = 0; i < c->nbuf; i++) slot_clear(&c->slots[i]);
+  for (uint32_t i = 0; c->slots && i < c->nbuf; i++) slot_clear(&c->slots[i]);
   ezi_seg_unref(c->seg);
   free(c->slots);
   free(c->subs);
@@ -523,10 +355,12 @@ static void chan_destroy(chan *c) {
   free(c);
 }
 
-int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **out) {
+int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **out,
+                  bool *pending) {
   pthread_mutex_lock(&ctx->mu);
   chan *c = ezi_ctx_find_chan(ctx, pub_id);
   pthread_mutex_unlock(&ctx->mu);
+  if (c && c->state == CH_FAILED) return EZ_ECONNLOST;
   bool fresh = false;
   if (!c) {
     int rc = chan_create(ctx, pub_id, &c);
@@ -534,8 +368,10 @@ int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **o
     fresh = true;
   }
   chan_sub *cs = calloc(1, sizeof *cs);
-  if (cs) cs->t0 = calloc(c->nbuf, sizeof *cs->t0);
-  chan_sub **v = cs && cs->t0 ? realloc(c->subs, (c->n_subs + 1) * sizeof *v) : NULL;
+  if (cs && c->state == CH_READY) cs->t0 = calloc(c->nbuf, sizeof *cs->t0);
+  chan_sub **v = cs && (cs->t0 || c->state != CH_READY)
+                     ? realloc(c->subs, (c->n_subs + 1) * sizeof *v)
+                     : NULL;
   if (!v) {
     if (cs) free(cs->t0);
     free(cs);
@@ -549,21 +385,13 @@ int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **o
   c->subs = v;
   c->subs[c->n_subs++] = cs;
   c->refs++;
+  *pending = c->state == CH_CONNECTING;
   pthread_mutex_unlock(&c->mu);
-  if (fresh) {
-    pthread_mutex_lock(&ctx->mu);
-    chan **cv = realloc(ctx->chans, (ctx->n_chans + 1) * sizeof *cv);
-    if (cv) {
-      ctx->chans = cv;
-      ctx->chans[ctx->n_chans++] = c;
-    }
-    pthread_mutex_unlock(&ctx->mu);
-  }
   *out = cs;
   return 0;
 }
 
-void ezi_chan_leave(chan_sub *cs) {
+void ezi_chan_leave(chan_sub *cs, bool release_viewed) {
   chan *c = cs->ch;
   pthread_mutex_lock(&c->mu);
   for (size_t i = 0; i < c->n_subs; i++) {
@@ -573,10 +401,21 @@ void ezi_chan_leave(chan_sub *cs) {
     }
   }
   cs->gone = true;
+  cs->leaving = true;
   pthread_mutex_unlock(&c->mu);
   /* What it had queued is released now; what it is viewing, when the user releases it. */
   ezi_sub_purge(cs->sub, cs, ezi_chan_release);
+  if (release_viewed) { /* the subscriber is being destroyed: its views end now */
+    for (uint32_t i = 0; cs->t0 && i < c->nbuf; i++) {
+      pthread_mutex_lock(&c->mu);
+      uint64_t id = c->slots[i].msg_id;
+      bool held = cs->t0[i] != 0;
+      pthread_mutex_unlock(&c->mu);
+      if (held) ezi_chan_release(cs, id);
+    }
+  }
   pthread_mutex_lock(&c->mu);
+  cs->leaving = false;
   bool free_now = cs->in_flight == 0;
   pthread_mutex_unlock(&c->mu);
   if (free_now) {

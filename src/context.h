@@ -108,11 +108,15 @@ uint32_t ezi_pub_num_buffers(const ez_pub *pub);
 json_t *ezi_pub_profile(ez_pub *pub, double window_s);
 
 /* ---- channel (channel.c) ------------------------------------------------------------------- */
-/* Finds or creates the channel for pub_id and adds sub to it. I/O thread. */
-int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **out);
-/* Removes a subscriber from its channel (releasing everything it holds or has queued); the
- * channel goes away with its last subscriber. I/O thread. */
-void ezi_chan_leave(chan_sub *cs);
+/* Finds or creates the channel for pub_id and adds sub to it. If the channel is still shaking
+ * hands with a remote publisher, *pending is set and ezi_sub_join_done reports the outcome later.
+ * I/O thread. */
+int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **out,
+                  bool *pending);
+/* Removes a subscriber from its channel, releasing what it has queued and, with release_viewed,
+ * the messages its user is viewing (else those are released by the user); the channel goes away
+ * with its last subscriber. I/O thread. */
+void ezi_chan_leave(chan_sub *cs, bool release_viewed);
 /* A message the local publisher just wrote into its slot. Returns true if any subscriber took it
  * (the publisher then holds the slot for this channel). Called with pub->mu held. */
 bool ezi_chan_put_local(chan *c, uint64_t msg_id, ezi_seg *seg, const uint8_t *slot, size_t len);
@@ -131,5 +135,7 @@ void ezi_sub_push(ez_sub *sub, chan_sub *cs, uint64_t msg_id);
 /* Drops every queued notice of cs, returning their msg ids through fn. */
 void ezi_sub_purge(ez_sub *sub, chan_sub *cs, void (*fn)(chan_sub *, uint64_t));
 const char *ezi_sub_handle(const ez_sub *sub);
+/* A pending join finished (rc 0) or failed (then sub leaves cs). I/O thread. */
+void ezi_sub_join_done(ez_sub *sub, chan_sub *cs, int rc);
 
 #endif

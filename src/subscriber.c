@@ -32,6 +32,7 @@ struct ez_sub {
   ezi_outbox gout;
   pub_link *links;
   size_t n_links;
+  size_t joins_pending; /* channels of the current UPDATE still shaking hands */
   /* queue (mu) */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -172,14 +173,25 @@ static bool listed(const char *ids, size_t n, const char *id) {
   return false;
 }
 
-/* UPDATE: join channels of new publishers, leave those no longer listed. */
+static void remove_link(ez_sub *s, chan_sub *cs) {
+  for (size_t i = 0; i < s->n_links; i++) {
+    if (s->links[i].cs == cs) {
+      s->links[i] = s->links[--s->n_links];
+      return;
+    }
+  }
+}
+
+/* UPDATE: join channels of new publishers, leave those no longer listed. Joins that must shake
+ * hands with a remote publisher finish later (ezi_sub_join_done); the UPDATE is answered when the
+ * last one has. */
 static void apply_update(ez_sub *s, const char *ids, size_t n) {
   for (size_t i = 0; i < s->n_links;) {
     if (listed(ids, n, s->links[i].pub_id)) {
       i++;
       continue;
     }
-    ezi_chan_leave(s->links[i].cs);
+    ezi_chan_leave(s->links[i].cs, false);
     s->links[i] = s->links[--s->n_links];
   }
   for (size_t i = 0; i + 36 <= n; i += 37) {
@@ -197,13 +209,15 @@ static void apply_update(ez_sub *s, const char *ids, size_t n) {
     if (!v) continue;
     s->links = v;
     chan_sub *cs = NULL;
-    int rc = ezi_chan_join(s->ctx, id, s, &cs);
+    bool pending = false;
+    int rc = ezi_chan_join(s->ctx, id, s, &cs, &pending);
     if (rc) {
       EZI_WARN("subscriber %s: cannot reach publisher %s: %s", s->topic, id, ez_strerror(rc));
       continue;
     }
     memcpy(s->links[s->n_links].pub_id, id, 37);
     s->links[s->n_links++].cs = cs;
+    s->joins_pending += pending;
   }
 }
 
@@ -216,48 +230,80 @@ static void graph_close(ez_sub *s) {
   ezi_buf_free(&s->gin);
 }
 
+static void lost(ez_sub *s) {
+  graph_close(s);
+  pthread_mutex_lock(&s->mu);
+  s->lost = true;
+  signal_ready(s);
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void answer_update(ez_sub *s) {
+  uint8_t c = EZI_COMPLETE;
+  ezi_outbox_put(s->ctx, &s->gout, &c, 1);
+}
+
+/* Handles buffered graph messages, one UPDATE at a time. Returns false on a protocol error. */
+static bool process(ez_sub *s) {
+  while (!s->joins_pending) {
+    ezi_rd r;
+    ezi_rd_init(&r, ezi_buf_head(&s->gin), ezi_buf_pending(&s->gin), EZ_MAX_CONTROL_STR);
+    uint8_t cmd;
+    const char *ids = NULL;
+    size_t nid = 0;
+    if (ezi_rd_u8(&r, &cmd) && cmd == EZI_UPDATE) ezi_rd_str(&r, &ids, &nid);
+    int st = ezi_rd_status(&r);
+    if (st == 0) return true;
+    if (st < 0 || (cmd != EZI_UPDATE && cmd != EZI_COMPLETE)) {
+      EZI_WARN("subscriber %s: protocol error from the graph server", s->topic);
+      return false;
+    }
+    if (cmd == EZI_UPDATE) {
+      apply_update(s, ids, nid);
+      if (!s->joins_pending) answer_update(s);
+    } else {
+      pthread_mutex_lock(&s->mu);
+      s->initialized = true;
+      pthread_cond_broadcast(&s->cv);
+      pthread_mutex_unlock(&s->mu);
+    }
+    ezi_buf_consume(&s->gin, r.pos);
+  }
+  return true;
+}
+
+#define GRAPH_IN_LIMIT (EZ_MAX_CONTROL_STR + 16)
+
 static void on_graph(ezi_watch *w, uint32_t ev) {
   ez_sub *s = w->arg;
   if (ev & EPOLLOUT) ezi_outbox_flush(&s->gout);
   if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
   long n;
-  while ((n = ezi_buf_fill(&s->gin, w->fd, EZ_MAX_CONTROL_STR + 16)) > 0) {
-    for (;;) {
-      ezi_rd r;
-      ezi_rd_init(&r, ezi_buf_head(&s->gin), ezi_buf_pending(&s->gin), EZ_MAX_CONTROL_STR);
-      uint8_t cmd;
-      const char *ids = NULL;
-      size_t nid = 0;
-      if (ezi_rd_u8(&r, &cmd) && cmd == EZI_UPDATE) ezi_rd_str(&r, &ids, &nid);
-      int st = ezi_rd_status(&r);
-      if (st == 0) break;
-      if (st < 0 || (cmd != EZI_UPDATE && cmd != EZI_COMPLETE)) {
-        EZI_WARN("subscriber %s: protocol error from the graph server", s->topic);
-        n = -1;
-        break;
-      }
-      if (cmd == EZI_UPDATE) {
-        apply_update(s, ids, nid);
-        uint8_t c = EZI_COMPLETE;
-        ezi_outbox_put(s->ctx, &s->gout, &c, 1);
-      } else {
-        pthread_mutex_lock(&s->mu);
-        s->initialized = true;
-        pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-      }
-      ezi_buf_consume(&s->gin, r.pos);
-    }
-    if (n < 0) break;
+  while ((n = ezi_buf_fill(&s->gin, w->fd, GRAPH_IN_LIMIT)) > 0)
+    if (!process(s)) return lost(s);
+  if (n < 0) return lost(s);
+  if (s->joins_pending && ezi_buf_pending(&s->gin) >= GRAPH_IN_LIMIT) {
+    /* Full while an UPDATE waits for its channels: stop reading until it is answered. */
+    s->gout.base_events = EPOLLRDHUP;
+    ezi_loop_mod(&s->gw, EPOLLRDHUP | (w->events & EPOLLOUT));
   }
-  if (n < 0) {
-    graph_close(s);
-    pthread_mutex_lock(&s->mu);
-    s->lost = true;
-    signal_ready(s);
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+}
+
+void ezi_sub_join_done(ez_sub *s, chan_sub *cs, int rc) {
+  if (rc) {
+    EZI_WARN("subscriber %s: cannot reach a publisher: %s", s->topic, ez_strerror(rc));
+    remove_link(s, cs);
+    ezi_chan_leave(cs, false);
   }
+  if (!s->joins_pending || --s->joins_pending) return;
+  answer_update(s);
+  if (s->gw.fd < 0) return;
+  if (!(s->gout.base_events & EPOLLIN)) {
+    s->gout.base_events = EPOLLIN | EPOLLRDHUP;
+    ezi_loop_mod(&s->gw, EPOLLIN | EPOLLRDHUP | (s->gw.events & EPOLLOUT));
+  }
+  if (!process(s)) lost(s);
 }
 
 /* ---- create / destroy ---------------------------------------------------------------------- */
@@ -303,7 +349,7 @@ static void detach_on_loop(void *arg) {
   }
   pthread_mutex_unlock(&ctx->mu);
   graph_close(s);
-  while (s->n_links) ezi_chan_leave(s->links[--s->n_links].cs);
+  while (s->n_links) ezi_chan_leave(s->links[--s->n_links].cs, true);
 }
 
 int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, ez_sub **out) {

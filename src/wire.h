@@ -46,7 +46,10 @@ int ezi_buf_put_u64(ezi_buf *b, uint64_t v);
 int ezi_buf_put_str(ezi_buf *b, const char *s, size_t n);
 static inline int ezi_buf_put_cstr(ezi_buf *b, const char *s) { return ezi_buf_put_str(b, s, strlen(s)); }
 static inline size_t ezi_buf_pending(const ezi_buf *b) { return b->len - b->off; }
-static inline const uint8_t *ezi_buf_head(const ezi_buf *b) { return b->data + b->off; }
+/* The first pending byte (a valid pointer even for an empty, never-allocated buffer). */
+static inline const uint8_t *ezi_buf_head(const ezi_buf *b) {
+  return b->data ? b->data + b->off : (const uint8_t *)"";
+}
 /* Drops n pending bytes from the front (compacting when it pays). */
 void ezi_buf_consume(ezi_buf *b, size_t n);
 void ezi_buf_reset(ezi_buf *b);

@@ -1,0 +1,209 @@
+/* A channel's link to a publisher in another process: the handshake (CHANNEL, shm name, SHM_OK or
+ * SHM_ATTACH_FAILED and pid, COMPLETE and num_buffers), then TX_SHM / TX_TCP frames in and RX_ACKs
+ * out. Everything here runs on the I/O thread and never waits for the publisher: two processes
+ * that subscribe to each other at the same moment must not wait on each other's I/O threads. */
+#include "channel.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MAX_TCP_MSG ((uint64_t)1 << 30) /* the largest TX_TCP message we accept */
+#define HDR_LIMIT 4096
+
+/* ---- remote link --------------------------------------------------------------------------- */
+
+void ezi_chan_link_close(chan *c) {
+  if (c->hs_timer) ezi_loop_cancel(c->ctx->loop, c->hs_timer);
+  c->hs_timer = 0;
+  if (c->pw.fd < 0) return;
+  ezi_loop_del(&c->pw);
+  ezi_outbox_close(c->ctx, &c->acks);
+  close(c->pw.fd);
+  c->pw.fd = -1;
+  ezi_buf_free(&c->pin);
+}
+
+static int switch_segment(chan *c, const char *name, size_t n) {
+  char nm[EZI_SHM_NAME_MAX + 1];
+  if (n > EZI_SHM_NAME_MAX) return EZ_EPROTO;
+  memcpy(nm, name, n);
+  nm[n] = 0;
+  ezi_seg *ns = NULL;
+  int rc = ezi_seg_attach(c->ctx->address, nm, &ns, EZ_DEFAULT_TIMEOUT_MS);
+  if (rc) return rc;
+  if (ns->shm.num_buffers != c->nbuf) {
+    ezi_seg_unref(ns);
+    return EZ_EPROTO;
+  }
+  ezi_seg_unref(c->seg); /* slots keep their own references */
+  c->seg = ns;
+  return 0;
+}
+
+/* Parses one data frame from c->pin: bytes used, 0 for more, < 0 on a protocol error. */
+static long data_frame(chan *c) {
+  ezi_rd r;
+  ezi_rd_init(&r, ezi_buf_head(&c->pin), ezi_buf_pending(&c->pin), EZI_SHM_NAME_MAX);
+  uint8_t cmd = 0;
+  uint64_t msg_id = 0, size = 0;
+  const char *name = NULL;
+  size_t nn = 0;
+  if (ezi_rd_u8(&r, &cmd) && ezi_rd_u64(&r, &msg_id)) {
+    if (cmd == EZI_TX_SHM) ezi_rd_str(&r, &name, &nn);
+    else if (cmd == EZI_TX_TCP && ezi_rd_u64(&r, &size) && size <= MAX_TCP_MSG) ezi_rd_skip(&r, (size_t)size);
+    else if (cmd != EZI_TX_TCP) return EZ_EPROTO;
+  }
+  if (cmd == EZI_TX_TCP && size > MAX_TCP_MSG) return EZ_EMSGSIZE;
+  int st = ezi_rd_status(&r);
+  if (st <= 0) return st;
+
+  ezi_unmarshalled um;
+  uint8_t *owned = NULL;
+  ezi_seg *seg = NULL;
+  if (cmd == EZI_TX_SHM) {
+    if (!c->seg || strlen(c->seg->shm.name) != nn || memcmp(c->seg->shm.name, name, nn)) {
+      int rc = switch_segment(c, name, nn);
+      if (rc) return rc;
+    }
+    seg = c->seg;
+    const uint8_t *d = ezi_seg_data(seg, msg_id % c->nbuf);
+    if (ezi_unmarshal(d, ezi_seg_room(seg), &um) || um.msg_id != msg_id) return EZ_EPROTO;
+  } else {
+    const uint8_t *d = r.p + r.pos - size;
+    owned = malloc(size ? (size_t)size : 1);
+    if (!owned) return EZ_ENOMEM;
+    memcpy(owned, d, (size_t)size);
+    if (ezi_unmarshal(owned, (size_t)size, &um) || um.size != size || um.msg_id != msg_id) {
+      free(owned);
+      return EZ_EPROTO;
+    }
+  }
+  pthread_mutex_lock(&c->mu);
+  c->mode = cmd == EZI_TX_SHM ? "shm" : "tcp";
+  bool took = ezi_chan_deliver(c, msg_id, &um, owned, seg);
+  pthread_mutex_unlock(&c->mu);
+  if (!took) ezi_chan_ack(c, msg_id);
+  return (long)r.pos;
+}
+
+/* How many bytes c->pin may hold: room for headers, or a whole TX_TCP frame once its header says
+ * how large it is (the buffer grows only as its bytes arrive). */
+static size_t pin_limit(const chan *c) {
+  const uint8_t *h = ezi_buf_head(&c->pin);
+  size_t limit = 65536 + HDR_LIMIT;
+  if (ezi_buf_pending(&c->pin) >= 17 && h[0] == EZI_TX_TCP) {
+    uint64_t size = ezi_get_u64le(h + 9);
+    if (size <= MAX_TCP_MSG && size + 17 > limit) limit = (size_t)size + 17;
+  }
+  return limit;
+}
+
+#define GONE (-100000) /* the channel may have been freed: touch nothing */
+
+/* The link failed: close it; a channel still connecting tells its subscribers (and may go). */
+static void fail(chan *c, int rc) {
+  ezi_chan_link_close(c);
+  if (c->state == CH_CONNECTING) ezi_chan_link_done(c, rc);
+}
+
+/* The publisher's side of the handshake: str shm_name, then (after our SHM_OK / FAILED and pid)
+ * COMPLETE and u64 num_buffers. Returns bytes used, 0 for more, < 0 on error. */
+static long handshake(chan *c) {
+  ezi_rd r;
+  ezi_rd_init(&r, ezi_buf_head(&c->pin), ezi_buf_pending(&c->pin), 1024);
+  if (!c->hs_named) {
+    const char *name = NULL;
+    size_t n = 0;
+    ezi_rd_str(&r, &name, &n);
+    int st = ezi_rd_status(&r);
+    if (st <= 0) return st;
+    /* Attaching asks the graph server, which never waits on anyone: safe to block on here. */
+    char nm[EZI_SHM_NAME_MAX + 1];
+    if (n && n <= EZI_SHM_NAME_MAX) {
+      memcpy(nm, name, n);
+      nm[n] = 0;
+      if (ezi_seg_attach(c->ctx->address, nm, &c->seg, EZ_DEFAULT_TIMEOUT_MS)) c->seg = NULL;
+    }
+    uint8_t b[9] = {c->seg ? EZI_SHM_OK : EZI_SHM_ATTACH_FAILED};
+    ezi_put_u64le(b + 1, (uint64_t)c->ctx->pid);
+    ezi_outbox_put(c->ctx, &c->acks, b, 9);
+    c->hs_named = true;
+    return (long)r.pos;
+  }
+  uint8_t cmd = 0;
+  uint64_t nbuf = 0;
+  if (ezi_rd_u8(&r, &cmd)) ezi_rd_u64(&r, &nbuf);
+  int st = ezi_rd_status(&r);
+  if (st <= 0) return st;
+  if (cmd != EZI_COMPLETE || nbuf < 1 || nbuf > EZI_SHM_MAX_BUFFERS) return EZ_EPROTO;
+  if (c->seg && c->seg->shm.num_buffers != nbuf) { /* not the layout the publisher says */
+    ezi_seg_unref(c->seg);
+    c->seg = NULL;
+  }
+  c->nbuf = (uint32_t)nbuf;
+  if (c->hs_timer) ezi_loop_cancel(c->ctx->loop, c->hs_timer);
+  c->hs_timer = 0;
+  long used = (long)r.pos;
+  return ezi_chan_link_done(c, 0) ? GONE : used;
+}
+
+static void hs_timeout(void *arg) {
+  chan *c = arg;
+  c->hs_timer = 0;
+  EZI_WARN("channel %s: publisher %s did not finish the handshake", c->id, c->pub_id);
+  fail(c, EZ_ETIMEDOUT);
+}
+
+static void on_pub(ezi_watch *w, uint32_t ev) {
+  chan *c = w->arg;
+  if ((ev & EPOLLOUT) && ezi_outbox_flush(&c->acks)) return fail(c, EZ_ECONNLOST);
+  if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
+  long n;
+  while ((n = ezi_buf_fill(&c->pin, w->fd, pin_limit(c))) > 0) {
+    for (;;) {
+      long used = c->state == CH_CONNECTING ? handshake(c) : data_frame(c);
+      if (used == GONE) return;
+      if (used < 0) {
+        EZI_WARN("channel %s: bad data from publisher %s (%s); dropping the link", c->id, c->pub_id,
+                 ez_strerror((int)used));
+        return fail(c, (int)used);
+      }
+      if (used == 0) break;
+      ezi_buf_consume(&c->pin, (size_t)used);
+    }
+  }
+  if (n < 0) {
+    EZI_DEBUG("channel %s: publisher %s went away", c->id, c->pub_id);
+    fail(c, EZ_ECONNLOST);
+  }
+}
+
+int ezi_chan_link_start(chan *c, const char *addr) {
+  char host[256];
+  uint16_t port;
+  if (ezi_addr_parse(addr, host, &port)) return EZ_EPROTO;
+  /* Connecting is answered by the kernel, not by the publisher's thread: a short block is fine. */
+  int fd = ezi_tcp_connect(host, port, EZ_DEFAULT_TIMEOUT_MS);
+  if (fd < 0) return fd == EZ_ENOSERVER ? EZ_ECONNLOST : fd;
+  c->pw = (ezi_watch){.fd = fd, .fn = on_pub, .arg = c};
+  ezi_outbox_init(&c->acks, &c->pw, EPOLLIN | EPOLLRDHUP);
+  if (ezi_loop_add(c->ctx->loop, &c->pw, EPOLLIN | EPOLLRDHUP)) {
+    close(fd);
+    c->pw.fd = -1;
+    return EZ_ESYS;
+  }
+  ezi_buf b = {0};
+  ezi_buf_put_u8(&b, EZI_CHANNEL);
+  ezi_buf_put_cstr(&b, c->id);
+  if (b.data) ezi_outbox_put(c->ctx, &c->acks, b.data, b.len);
+  ezi_buf_free(&b);
+  c->hs_timer = ezi_loop_timer(c->ctx->loop, ezi_now_ns() + (uint64_t)EZ_DEFAULT_TIMEOUT_MS * 1000000u,
+                               hs_timeout, c);
+  return 0;
+}
+
+

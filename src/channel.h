@@ -1,0 +1,73 @@
+/* A channel's private state, shared by channel.c (slots, subscribers, profile, lifetime) and
+ * chanlink.c (the link to a publisher in another process: handshake and data frames). */
+#ifndef EZI_CHANNEL_H
+#define EZI_CHANNEL_H
+
+#include "context.h"
+
+typedef struct slot {
+  uint64_t msg_id;
+  bool live;
+  uint32_t refs; /* subscribers still holding it */
+  ezi_unmarshalled um;
+  uint8_t *owned; /* TX_TCP bytes */
+  ezi_seg *seg;   /* the segment the bytes live in */
+  ez_iov *iov;    /* raw pickles: the buffers */
+} slot;
+
+struct chan_sub {
+  chan *ch;
+  ez_sub *sub;
+  uint64_t *t0; /* notify time per slot (0: not held); allocated once nbuf is known */
+  uint64_t in_flight;
+  bool gone;    /* left its channel; freed once nothing it held is outstanding */
+  bool leaving; /* ezi_chan_leave is running: it frees the struct itself */
+  ezi_window proc;
+};
+
+enum { CH_CONNECTING, CH_READY, CH_FAILED };
+
+struct chan {
+  ez_context *ctx;
+  char id[37], pub_id[37];
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int state;     /* CH_*; changes on the I/O thread only */
+  uint32_t nbuf; /* known once ready */
+  slot *slots;
+  chan_sub **subs;
+  size_t n_subs;
+  int refs; /* chan_subs alive (chan->mu) */
+  const char *mode;
+  /* local */
+  ez_pub *local_pub;
+  int pub_users;
+  /* remote (I/O thread) */
+  ezi_watch pw;
+  ezi_buf pin;
+  ezi_outbox acks;
+  ezi_seg *seg;
+  uint64_t hs_timer; /* the handshake's deadline */
+  bool hs_named;     /* the shm name arrived and was answered */
+  /* graph link (I/O thread) */
+  ezi_watch gw;
+  ezi_buf gin;
+  ezi_outbox gout;
+};
+
+/* chanlink.c: connects to the publisher at addr and starts the handshake (I/O thread). The
+ * channel becomes ready (or failed) later, through ezi_chan_link_done. */
+int ezi_chan_link_start(chan *c, const char *addr);
+void ezi_chan_link_close(chan *c);
+
+/* channel.c: the handshake finished (rc 0, c->nbuf set) or failed. Tells the waiting
+ * subscribers; on failure (returned) the channel may be gone when this returns. I/O thread. */
+int ezi_chan_link_done(chan *c, int rc);
+/* Stores a validated message and notifies the subscribers (c->mu held). Returns true if someone
+ * took it; otherwise the caller acks it. */
+bool ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
+                      ezi_seg *seg);
+/* Acks msg_id to the publisher. Never called with c->mu held. */
+void ezi_chan_ack(chan *c, uint64_t msg_id);
+
+#endif
