@@ -31,6 +31,7 @@ typedef struct ezi_seg {
   ezi_shm shm;          /* mapping; shm.name empty for private memory */
   uint8_t *priv;        /* private memory (when the publisher could not map the server's) */
   int lease_fd;         /* graph-server lease, -1 if none */
+  bool creator;         /* we asked the server for it: if the server dies, we unlink it */
 } ezi_seg;
 
 /* Leases `name` at the graph server and maps it. */

@@ -4,7 +4,10 @@
 #include "context.h"
 #include "graphclient.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -68,7 +71,9 @@ int ezi_seg_create(const char *address, uint64_t num_buffers, uint64_t buf_size,
                    int timeout_ms) {
   char got[64];
   int fd = lease(address, EZI_SHM_CREATE, num_buffers, buf_size, NULL, got, timeout_ms);
-  return fd < 0 ? fd : seg_map(fd, got, out);
+  int rc = fd < 0 ? fd : seg_map(fd, got, out);
+  if (!rc) (*out)->creator = true;
+  return rc;
 }
 
 int ezi_seg_private(const char *name, uint64_t num_buffers, uint64_t buf_size, ezi_seg **out) {
@@ -97,8 +102,20 @@ int ezi_seg_private(const char *name, uint64_t num_buffers, uint64_t buf_size, e
 
 void ezi_seg_ref(ezi_seg *s) { __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED); }
 
+/* True if the graph server has hung up on our lease (it died, or stopped). */
+static bool server_gone(int lease_fd) {
+  struct pollfd p = {.fd = lease_fd, .events = POLLIN};
+  if (poll(&p, 1, 0) <= 0) return false;
+  char b;
+  ssize_t n = recv(lease_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
 void ezi_seg_unref(ezi_seg *s) {
   if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
+  /* Normally the server unlinks a segment with its last lease. A server that died cannot: then
+   * whoever asked for the segment removes its name (mappings elsewhere stay valid). */
+  if (s->creator && s->lease_fd >= 0 && server_gone(s->lease_fd)) ezi_shm_unlink(s->shm.name);
   if (s->priv) free(s->priv);
   else ezi_shm_detach(&s->shm);
   if (s->lease_fd >= 0) close(s->lease_fd);
