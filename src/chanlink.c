@@ -84,8 +84,9 @@ static long data_frame(chan *c) {
   }
   pthread_mutex_lock(&c->mu);
   c->mode = cmd == EZI_TX_SHM ? "shm" : "tcp";
-  bool took = ezi_chan_deliver(c, msg_id, &um, owned, seg);
+  int took = ezi_chan_deliver(c, msg_id, &um, owned, seg);
   pthread_mutex_unlock(&c->mu);
+  if (took < 0) return EZ_EPROTO;
   if (!took) ezi_chan_ack(c, msg_id);
   return (long)r.pos;
 }

@@ -41,19 +41,20 @@ void ezi_chan_ack(chan *c, uint64_t msg_id) {
   ezi_outbox_put(c->ctx, &c->acks, b, 9);
 }
 
-bool ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
-                    ezi_seg *seg) {
+int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
+                     ezi_seg *seg) {
   slot *s = &c->slots[msg_id % c->nbuf];
-  if (s->live) {
-    EZI_WARN("channel %s: publisher reused slot of message %llu before it was released", c->id,
-             (unsigned long long)s->msg_id);
-    slot_clear(s);
+  if (s->live) { /* the publisher broke backpressure: refuse, keep what subscribers hold */
+    EZI_WARN("channel %s: publisher reused the slot of message %llu before it was released",
+             c->id, (unsigned long long)s->msg_id);
+    free(owned);
+    return -1;
   }
   size_t holders = 0;
   for (size_t i = 0; i < c->n_subs; i++) holders += !c->subs[i]->gone;
   if (!holders) {
     free(owned);
-    return false;
+    return 0;
   }
   s->msg_id = msg_id;
   s->live = true;
@@ -78,7 +79,7 @@ bool ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint
     s->refs++;
     ezi_sub_push(cs->sub, cs, msg_id);
   }
-  return true;
+  return 1;
 }
 
 bool ezi_chan_put_local(chan *c, uint64_t msg_id, ezi_seg *seg, const uint8_t *data, size_t len) {
@@ -86,7 +87,7 @@ bool ezi_chan_put_local(chan *c, uint64_t msg_id, ezi_seg *seg, const uint8_t *d
   if (ezi_unmarshal(data, len, &um)) return false;
   pthread_mutex_lock(&c->mu);
   c->mode = "local";
-  bool took = ezi_chan_deliver(c, msg_id, &um, NULL, seg);
+  bool took = ezi_chan_deliver(c, msg_id, &um, NULL, seg) > 0;
   pthread_mutex_unlock(&c->mu);
   return took;
 }

@@ -63,10 +63,11 @@ void ezi_chan_link_close(chan *c);
 /* channel.c: the handshake finished (rc 0, c->nbuf set) or failed. Tells the waiting
  * subscribers; on failure (returned) the channel may be gone when this returns. I/O thread. */
 int ezi_chan_link_done(chan *c, int rc);
-/* Stores a validated message and notifies the subscribers (c->mu held). Returns true if someone
- * took it; otherwise the caller acks it. */
-bool ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
-                      ezi_seg *seg);
+/* Stores a validated message (taking `owned`) and notifies the subscribers (c->mu held). Returns
+ * 1 if someone took it, 0 if nobody listens (the caller acks it), -1 if its slot is still held
+ * (the publisher broke backpressure: a protocol error). */
+int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
+                     ezi_seg *seg);
 /* Acks msg_id to the publisher. Never called with c->mu held. */
 void ezi_chan_ack(chan *c, uint64_t msg_id);
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -37,6 +38,9 @@ const char *th_cli(void) {
 pid_t th_spawn(char *const argv[], int out_fd, int err_fd) {
   pid_t pid = fork();
   if (pid == 0) {
+    /* If the test process dies (a crash, a timeout), its children go too: an orphaned server
+     * would hold CTest's output pipe open and turn a failure into a timeout. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (out_fd >= 0) dup2(out_fd, 1);
     if (err_fd >= 0) dup2(err_fd, 2);
     execv(argv[0], argv);
