@@ -45,3 +45,17 @@ clean:
 
 format:
 	clang-format -i include/ezmsg/*.h src/*.[ch] tools/ezmsg/*.[ch] tests/*.[ch] examples/*.c bench/*.c
+
+# Benchmarks: ezmsg-c vs ZeroMQ vs the machine; writes bench/RESULTS.md (bench/run.sh also builds
+# $(BUILD)-notel, the same tree with telemetry compiled out).
+bench: build
+	bash bench/run.sh $(BUILD)
+
+# Fuzzing: builds the libFuzzer targets (clang, ASan + UBSan) into build-fuzz and runs each for
+# FUZZ_SECONDS (default 60) on a scratch copy of fuzz/corpus/<target>/, then prints a summary.
+# `make fuzz FUZZ_TARGETS="server wire"` runs only those. See fuzz/README.md.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_BUILD=$(CURDIR)/build-fuzz FUZZ_JOBS=$(JOBS) \
+	  bash fuzz/run.sh $(FUZZ_TARGETS)

@@ -85,7 +85,8 @@ static double h_value(unsigned i) {
 
 static double h_quantile(const uint64_t *h, double q) {
   uint64_t total = 0, acc = 0;
-  for (unsigned i = 0; i < H_N; i++) total += h[i];
+  for (unsigned i = 0; i < H_N; i++)
+    total += h[i];
   if (!total) return 0;
   uint64_t want = (uint64_t)(q * (double)total);
   if (want < 1) want = 1;
@@ -145,14 +146,19 @@ static int recv_msg(void *s, zmq_msg_t *m, uint64_t hard) {
 
 /* Throughput source (PUSH) or ping-pong client (REQ). */
 static void run_source(void *s, uint64_t t_go, result *r) {
-  uint64_t t_meas = t_go + (uint64_t)(O.warmup * 1e9), t_stop = t_meas + (uint64_t)(O.duration * 1e9);
+  uint64_t t_meas = t_go + (uint64_t)(O.warmup * 1e9),
+           t_stop = t_meas + (uint64_t)(O.duration * 1e9);
   uint64_t hard = hard_deadline(t_go);
   uint8_t *buf = calloc(1, O.size);
   hdr h = {.magic = MAGIC};
-  while (now_ns() < t_go) {
+  uint64_t now = now_ns();
+  if (now < t_go) {
+    struct timespec ts = {0, (long)(t_go - now)};
+    nanosleep(&ts, NULL);
   }
-  while (!r->rc && now_ns() < t_stop) {
-    h.flags = now_ns() >= t_meas ? F_MEASURE : 0;
+  /* One clock read per message: the send stamp of the previous one tells the time. */
+  for (uint64_t t = now_ns(); !r->rc && t < t_stop; t = O.pingpong ? now_ns() : h.t_ns) {
+    h.flags = t >= t_meas ? F_MEASURE : 0;
     if (send_hdr(s, buf, &h, O.size, hard)) {
       fail(r, "send");
       break;
@@ -169,18 +175,19 @@ static void run_source(void *s, uint64_t t_go, result *r) {
         zmq_msg_close(&m);
         break;
       }
-      uint64_t t = now_ns();
+      uint64_t t_back = now_ns();
       hdr back = {0};
       if (zmq_msg_size(&m) >= sizeof back) memcpy(&back, zmq_msg_data(&m), sizeof back);
       if (back.magic != MAGIC || back.seq != h.seq || zmq_msg_size(&m) != O.size) {
         r->corrupt++;
         r->rc = -1;
-        snprintf(r->err, sizeof r->err, "reply does not match request %llu", (unsigned long long)h.seq);
+        snprintf(r->err, sizeof r->err, "reply does not match request %llu",
+                 (unsigned long long)h.seq);
       } else if (h.flags & F_MEASURE) {
         if (!r->count) r->t0 = h.t_ns;
         r->count++;
-        r->t1 = t;
-        r->hist[h_index(t - h.t_ns)]++;
+        r->t1 = t_back;
+        r->hist[h_index(t_back - h.t_ns)]++;
       }
       zmq_msg_close(&m);
     }
@@ -386,11 +393,10 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-  static const struct option lo[] = {{"mode", 1, 0, 'm'},     {"transport", 1, 0, 'T'},
-                                     {"size", 1, 0, 's'},     {"duration", 1, 0, 'd'},
-                                     {"warmup", 1, 0, 'w'},   {"zerocopy", 0, 0, 'z'},
-                                     {"json", 0, 0, 'j'},     {"help", 0, 0, 'h'},
-                                     {0, 0, 0, 0}};
+  static const struct option lo[] = {
+      {"mode", 1, 0, 'm'},     {"transport", 1, 0, 'T'}, {"size", 1, 0, 's'},
+      {"duration", 1, 0, 'd'}, {"warmup", 1, 0, 'w'},    {"zerocopy", 0, 0, 'z'},
+      {"json", 0, 0, 'j'},     {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "m:T:s:d:w:zjh", lo, NULL)) != -1) {
     switch (c) {
@@ -420,19 +426,24 @@ int main(int argc, char **argv) {
     ok = false;
     err = "delivery errors (lost, late, corrupt or count mismatch)";
   }
-  double rate = m->count > 1 && m->t1 > m->t0 ? (double)m->count * 1e9 / (double)(m->t1 - m->t0) : 0;
+  double rate =
+      m->count > 1 && m->t1 > m->t0 ? (double)m->count * 1e9 / (double)(m->t1 - m->t0) : 0;
   double p50 = h_quantile(m->hist, 0.5) / 1000.0, p99 = h_quantile(m->hist, 0.99) / 1000.0;
   if (O.json) {
-    printf("{\"impl\": \"zeromq\", \"config\": \"%s\", \"transport\": \"%s\", \"n\": 1, \"size\": %zu, "
-           "\"zerocopy\": %s, \"duration_s\": %g, \"ok\": %s, \"msgs\": %llu, \"msgs_per_s\": %.1f, "
-           "\"mb_per_s\": %.3f, \"lat_p50_us\": %.2f, \"lat_p99_us\": %.2f, \"lost\": %llu, "
-           "\"late\": %llu, \"error\": ",
-           O.pingpong ? "pingpong" : "fanout", O.transport, O.size, O.zerocopy ? "true" : "false",
-           O.duration, ok ? "true" : "false", (unsigned long long)m->count, rate,
-           rate * (double)O.size / 1e6, p50, p99, (unsigned long long)snk.lost,
-           (unsigned long long)snk.late);
-    if (ok) printf("null}\n");
-    else printf("\"%s\"}\n", err);
+    printf(
+        "{\"impl\": \"zeromq\", \"config\": \"%s\", \"transport\": \"%s\", \"n\": 1, \"size\": "
+        "%zu, "
+        "\"zerocopy\": %s, \"duration_s\": %g, \"ok\": %s, \"msgs\": %llu, \"msgs_per_s\": %.1f, "
+        "\"mb_per_s\": %.3f, \"lat_p50_us\": %.2f, \"lat_p99_us\": %.2f, \"lost\": %llu, "
+        "\"late\": %llu, \"error\": ",
+        O.pingpong ? "pingpong" : "fanout", O.transport, O.size, O.zerocopy ? "true" : "false",
+        O.duration, ok ? "true" : "false", (unsigned long long)m->count, rate,
+        rate * (double)O.size / 1e6, p50, p99, (unsigned long long)snk.lost,
+        (unsigned long long)snk.late);
+    if (ok)
+      printf("null}\n");
+    else
+      printf("\"%s\"}\n", err);
   } else {
     printf("zeromq %-8s %-6s %8zu B %13.0f msgs/s %10.1f MB/s  p50 %8.1f us  p99 %8.1f us%s%s\n",
            O.pingpong ? "pingpong" : "thr", O.transport, O.size, rate, rate * (double)O.size / 1e6,

@@ -12,7 +12,10 @@
 #include <string.h>
 
 static volatile sig_atomic_t stop;
-static void on_signal(int sig) { (void)sig; stop = 1; }
+static void on_signal(int sig) {
+  (void)sig;
+  stop = 1;
+}
 
 int main(int argc, char **argv) {
   if (argc < 3 || argc > 4) {

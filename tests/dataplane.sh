@@ -123,7 +123,7 @@ for mode in shm tcp; do
   extra=()
   [ "$mode" = tcp ] && extra=(--force-tcp)
   start_sub "/dp/big$mode" --count 3
-  expect_rc 0 "$EZ_CLI" pub "/dp/big$mode" --address "$ADDR" --size $SIZE --count 3 --num-buffers 2 "${extra[@]}"
+  expect_rc 0 "$EZ_CLI" pub "/dp/big$mode" --address "$ADDR" --size $SIZE --count 3 --num-buffers 2 --timeout 30000 "${extra[@]}"
   wait_sub
   assert_eq 0 "$SUB_RC" "sub of 4 MiB messages ($mode) exit status"
   assert_eq 3 "$(wc -l <"$SUB_OUT")" "4 MiB messages ($mode): lines"

@@ -98,6 +98,7 @@ typedef struct perf_case {
   uint32_t nbuf;
   double duration_s, warmup_s;
   bool copy;
+  uint64_t buf_size; /* initial slot room; 0: the message size plus framing (no growth) */
 } perf_case;
 
 enum { R_SOURCE, R_SINK, R_RELAY, R_PING, R_PONG };
@@ -202,10 +203,17 @@ static void sleep_ns(uint64_t ns) {
   }
 }
 
-/* Reads or writes exactly n bytes before the deadline. 0, or -1 (timeout, EOF or error). */
+/* SIGINT / SIGTERM in the coordinator: the running case fails fast (its children are killed and
+ * its graph server stopped) and no further case starts. */
+static volatile sig_atomic_t g_interrupted;
+static void on_interrupt(int sig) { g_interrupted = sig; }
+
+/* Reads or writes exactly n bytes before the deadline. 0, or -1 (timeout, EOF, error or
+ * interrupted). */
 static int io_full(int fd, void *buf, size_t n, bool wr, uint64_t deadline) {
   uint8_t *p = buf;
   while (n) {
+    if (g_interrupted) return -1;
     uint64_t now = now_ns();
     if (now >= deadline) return -1;
     struct pollfd pfd = {fd, wr ? POLLOUT : POLLIN, 0};
@@ -234,7 +242,7 @@ static int make_pub(ez_context *ctx, node *nd, const perf_case *pc) {
   ez_pub_opts o;
   ez_pub_opts_init(&o);
   o.num_buffers = pc->nbuf;
-  o.buf_size = pc->size + 128; /* room for the message and its framing: no segment growth */
+  o.buf_size = pc->buf_size ? pc->buf_size : pc->size + 128; /* + framing: no segment growth */
   o.force_tcp = pc->tr == TR_TCP;
   int rc = ez_pub_create(ctx, nd->out, &o, &nd->pub);
   if (rc) fail(&nd->res, rc, "publisher on %s: %s", nd->out, ez_strerror(rc));
@@ -313,9 +321,8 @@ static void run_source(node *nd, const perf_case *pc, uint64_t t_go) {
   if (pc->copy && !copybuf) return fail(r, EZ_ENOMEM, "out of memory");
   perf_hdr h = {.magic = PERF_MAGIC, .src = nd->src};
   int rc = 0;
-  for (;;) {
-    uint64_t t = now_ns();
-    if (t >= t_stop) break;
+  /* One clock read per message: the send stamp of the previous one tells the time. */
+  for (uint64_t t = now_ns(); t < t_stop; t = h.t_ns) {
     h.flags = t >= t_meas ? PF_MEASURE : 0;
     if ((rc = publish_hdr(nd->pub, pc, copybuf, &h, pc->size, hard))) break;
     if (h.flags & PF_MEASURE) {
@@ -490,6 +497,8 @@ typedef struct child_setup {
 static void child_prepare(unsigned alarm_s) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   signal(SIGPIPE, SIG_IGN);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
   alarm(alarm_s);
 }
 
@@ -813,6 +822,7 @@ typedef struct perf_opts {
   long nbuf;
   double duration, warmup;
   bool json, quiet, copy;
+  size_t buf_size;
 } perf_opts;
 
 static int parse_list(const char *arg, const char *const *names, int count, unsigned *mask) {
@@ -867,7 +877,7 @@ static int parse_long(const char *s, long lo, long hi, long *out) {
   return 0;
 }
 
-enum { OPT_JSON = 'j', OPT_COPY = 2000, OPT_WARMUP = 'w' };
+enum { OPT_JSON = 'j', OPT_COPY = 2000, OPT_BUFSIZE, OPT_WARMUP = 'w' };
 
 static int on_opt(int opt, const char *arg, void *user) {
   perf_opts *o = user;
@@ -896,6 +906,7 @@ static int on_opt(int opt, const char *arg, void *user) {
   case OPT_JSON: o->json = true; return 0;
   case 'q': o->quiet = true; return 0;
   case OPT_COPY: o->copy = true; return 0;
+  case OPT_BUFSIZE: return parse_size(arg, &o->buf_size);
   default: return -1;
   }
 }
@@ -909,6 +920,7 @@ static const struct option perf_options[] = {
     {"duration", required_argument, NULL, 'd'},
     {"warmup", required_argument, NULL, OPT_WARMUP},
     {"copy", no_argument, NULL, OPT_COPY},
+    {"buf-size", required_argument, NULL, OPT_BUFSIZE},
     {"json", no_argument, NULL, OPT_JSON},
     {"quiet", no_argument, NULL, 'q'},
     {0},
@@ -945,6 +957,7 @@ static const cli_spec perf_spec = {
         "  -d, --duration S   measured seconds per case (default 2)\n"
         "  -w, --warmup S     unmeasured seconds before that (default 0.25)\n"
         "      --copy         publish with ez_publish (one copy) instead of a loan\n"
+        "      --buf-size N   initial slot room (default: the size plus framing, so no growth)\n"
         "  -j, --json         print JSON instead of the table\n"
         "  -q, --quiet        no progress line\n"
         "  (--timeout MS bounds each case's setup)\n",
@@ -1001,13 +1014,22 @@ int cmd_perf(int argc, char **argv) {
                                   .nbuf = (uint32_t)o.nbuf,
                                   .duration_s = o.duration,
                                   .warmup_s = o.warmup,
-                                  .copy = o.copy};
+                                  .copy = o.copy,
+                                  .buf_size = o.buf_size};
     }
   }
   static case_result res[MAX_CASES];
   bool progress = !o.quiet && isatty(STDERR_FILENO) && nc * (o.duration + o.warmup) > 3.0;
   int failures = 0;
+  struct sigaction sa = {.sa_handler = on_interrupt}, old_int, old_term; /* no SA_RESTART */
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
   for (unsigned i = 0; i < nc; i++) {
+    if (g_interrupted) {
+      nc = i; /* report what ran */
+      break;
+    }
     const perf_case *pc = &cases[i];
     char sz[32];
     fmt_size(pc->size, sz, sizeof sz);
@@ -1017,8 +1039,11 @@ int cmd_perf(int argc, char **argv) {
       fflush(stderr);
     }
     run_case(pc, i, ctx.address, setup_ms, &res[i]);
+    if (g_interrupted && !res[i].ok) snprintf(res[i].err, sizeof res[i].err, "interrupted");
     if (!res[i].ok) failures++;
   }
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
   if (progress) fprintf(stderr, "\r\033[K");
 
   if (o.json) {
@@ -1063,5 +1088,6 @@ int cmd_perf(int argc, char **argv) {
            "latency%s)\n",
            o.copy ? "; --copy" : "");
   }
+  if (g_interrupted) return 128 + g_interrupted;
   return failures ? 1 : 0;
 }

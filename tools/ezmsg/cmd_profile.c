@@ -21,6 +21,8 @@
 #define TABLE_COLS 100
 #define NAME_W 28 /* the topic / handle column */
 #define LAST_W 10 /* the channel count / transport mode column */
+/* A row: the name, " " + six numbers (10, 9, 9, 9, 9, 8 wide), "  " + the last column. */
+_Static_assert(NAME_W + 6 + 10 + 4 * 9 + 8 + 2 + LAST_W <= TABLE_COLS, "rows must fit");
 
 enum { OPT_WINDOW = 'w', OPT_FORMAT = 'f', OPT_WATCH = 1100 };
 
@@ -54,12 +56,12 @@ static const cli_spec profile_spec = {
                  "      --watch S      redraw every S seconds until interrupted (Ctrl-C)\n",
 };
 
-/* A plain decimal or floating-point number, nothing after it; NaN refused. */
+/* A number (as strtod reads it: out-of-range values become +-inf or 0), nothing after it; NaN
+ * refused. */
 static int parse_seconds(const char *s, double *out) {
   char *end;
-  errno = 0;
   double v = strtod(s, &end);
-  if (end == s || *end || isnan(v) || (errno == ERANGE && fabs(v) > 1)) return -1;
+  if (end == s || *end || isnan(v)) return -1;
   *out = v;
   return 0;
 }
@@ -94,7 +96,7 @@ static int on_opt(int opt, const char *arg, void *user) {
   }
 }
 
-/* ---- JSON output ------------------------------------------------------------------------------
+/* ---- JSON output --------------------------------------------------------------------------------
  * The document re-indented by two spaces (as the reference CLI's json.dumps(indent=2)), without
  * parsing it: only string boundaries matter. Empty objects and arrays stay "{}" / "[]". */
 static void print_json(const char *s, FILE *f) {
@@ -142,8 +144,7 @@ static void print_json(const char *s, FILE *f) {
   fputc('\n', f);
 }
 
-/* ---- table output ------------------------------------------------------------------------------
- */
+/* ---- table output ---------------------------------------------------------------------------- */
 
 /* Byte length of the character at s (a whole UTF-8 sequence, else 1). */
 static size_t char_len(const unsigned char *s) {
@@ -217,10 +218,16 @@ static void row(FILE *f, const char *name, const double *vals[6], const char *la
   fprintf(f, "  %s\n", cell);
 }
 
+/* The p99 of a latency, or NULL ("-") when the document has none: the reference does not send
+ * p50_ms / p99_ms (they parse as 0), while ours is never 0 when there are nonzero samples. */
+static const double *p99_of(const ez_latency *l) {
+  return l->p99_ms == 0 && l->max_ms > 0 ? NULL : &l->p99_ms;
+}
+
 static void pub_row(FILE *f, const ez_profile_pub *p, size_t matched) {
   double mb = p->byte_rate_per_s / 1e6, pid = (double)p->pid;
   const double *v[6] = {&p->message_rate_hz,     &mb,
-                        &p->backpressure.avg_ms, &p->backpressure.p99_ms,
+                        &p->backpressure.avg_ms, p99_of(&p->backpressure),
                         &p->backpressure.max_ms, &pid};
   char last[32];
   /* Ours count the channels themselves (num_channels); the reference's do not: then count the
@@ -238,7 +245,8 @@ static void sub_rows(FILE *f, const ez_profile_channel *c) {
     name[0] = name[1] = ' ';
     fit(name + 2, label, NAME_W - 2, false);
     double pid = (double)c->pid;
-    const double *v[6] = {&s->message_rate_hz,   NULL, &s->processing.avg_ms, &s->processing.p99_ms,
+    const double *v[6] = {&s->message_rate_hz,   NULL,
+                          &s->processing.avg_ms, p99_of(&s->processing),
                           &s->processing.max_ms, &pid};
     row(f, name, v, c->mode ? c->mode : "?");
   }
@@ -314,25 +322,32 @@ static void print_table(const ez_profile_data *d, const char *addr, FILE *f) {
         f);
 }
 
-/* ---- the command ------------------------------------------------------------------------------
- */
+/* ---- the command ----------------------------------------------------------------------------- */
 
-/* Fetches and prints one profile. Returns 0 or the library error. */
-static int show(const cli_ctx *ctx, const profile_opts *po) {
+/* Fetches one profile and renders it into a new string (*out, caller frees), so a redraw
+ * replaces the old picture at once instead of clearing the screen for the length of a request.
+ * Returns 0 or the library error. */
+static int render(const cli_ctx *ctx, const profile_opts *po, char **out) {
+  *out = NULL;
   char *json = NULL;
   int rc = ez_profile(ctx->address, po->window_s, &json, ctx->timeout_ms);
   if (rc) return rc;
-  if (!po->table) {
-    print_json(json, stdout);
-  } else {
+  size_t len = 0;
+  FILE *f = open_memstream(out, &len);
+  if (!f) rc = EZ_ENOMEM;
+  if (!rc && !po->table) print_json(json, f);
+  if (!rc && po->table) {
     ez_profile_data d;
     rc = ez_profile_parse(json, &d);
-    if (!rc) {
-      print_table(&d, ctx->shown, stdout);
-      ez_profile_data_free(&d);
-    }
+    if (!rc) print_table(&d, ctx->shown, f);
+    ez_profile_data_free(&d);
   }
+  if (f && fclose(f) != 0 && !rc) rc = EZ_ENOMEM;
   free(json);
+  if (rc) {
+    free(*out);
+    *out = NULL;
+  }
   return rc;
 }
 
@@ -341,33 +356,44 @@ int cmd_profile(int argc, char **argv) {
   cli_ctx ctx;
   int rc = cli_parse(&profile_spec, argc, argv, &ctx, on_opt, &po);
   if (rc >= 0) return rc;
+  char *text = NULL;
   if (po.watch_s <= 0) {
-    rc = show(&ctx, &po);
-    return rc ? cli_fail(&ctx, rc, "profile") : 0;
+    rc = render(&ctx, &po, &text);
+    if (rc) return cli_fail(&ctx, rc, "profile");
+    fputs(text, stdout);
+    free(text);
+    return 0;
   }
 
   /* --watch: SIGINT / SIGTERM are blocked and taken synchronously between redraws, so a request
-   * in progress is never cut and the exit status is 0. */
+   * in progress is never cut and the exit status is 0. Their dispositions are reset after
+   * blocking them: a shell starts background jobs with SIGINT ignored, and an ignored signal is
+   * discarded even while blocked. */
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
   sigprocmask(SIG_BLOCK, &stop, NULL);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
   bool tty = isatty(STDOUT_FILENO);
   bool ever_ok = false;
   for (unsigned n = 0;; n++) {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    rc = render(&ctx, &po, &text);
+    if (rc && !ever_ok) return cli_fail(&ctx, rc, "profile"); /* nothing to watch */
     if (tty)
       fputs("\033[H\033[2J", stdout);
     else if (n > 0)
       fputc('\n', stdout);
-    rc = show(&ctx, &po);
-    if (rc && !ever_ok) return cli_fail(&ctx, rc, "profile"); /* nothing to watch */
     if (rc) {
       /* Keep watching across a graph server restart; say so in place of the table. */
       printf("(no profile: %s, graph server %s)\n",
              rc == EZ_ENOSERVER ? "not running" : ez_strerror(rc), ctx.shown);
+    } else {
+      fputs(text, stdout);
+      free(text);
     }
     ever_ok = ever_ok || !rc;
     if (fflush(stdout) != 0 || ferror(stdout)) return 1;
@@ -377,7 +403,7 @@ int cmd_profile(int argc, char **argv) {
     double spent = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     double left = po.watch_s - spent;
     if (left < 0) left = 0;
-    struct timespec wait = {(time_t)left, (long)((left - floor(left)) * 1e9)};
+    struct timespec wait = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
     int sig;
     do {
       sig = sigtimedwait(&stop, NULL, &wait);

@@ -112,7 +112,8 @@ static const cli_spec pub_spec = {
         "  -b, --num-buffers N  buffer slots of the publisher (default 32)\n"
         "      --force-tcp    send to other processes over TCP, never shared memory\n"
         "      --wait-subscribers N  first wait until N subscribing processes are connected\n"
-        "                     (--timeout bounds this wait and the final flush)\n",
+        "  (--timeout MS bounds each wait: for subscribers, for a free buffer, for the final\n"
+        "   release of everything sent; default: wait as long as it takes)\n",
 };
 
 typedef struct pub_args {
@@ -158,12 +159,14 @@ static bool pace(const struct timespec *t0, double rate, uint64_t k) {
   return !g_stop;
 }
 
-/* Publishes one message, waiting out backpressure in slices. 1 if stopped, else 0 or an error. */
-static int publish_one(ez_pub *pub, const void *data, size_t len) {
+/* Publishes one message, waiting out backpressure in slices until timeout_ms (< 0: forever).
+ * 1 if stopped, else 0 or an error. */
+static int publish_one(ez_pub *pub, const void *data, size_t len, int timeout_ms) {
+  uint64_t deadline = deadline_after(timeout_ms);
   for (;;) {
     if (g_stop) return 1;
-    int rc = ez_publish(pub, data, len, SLICE_MS);
-    if (rc != EZ_ETIMEDOUT) return rc;
+    int rc = ez_publish(pub, data, len, slice(deadline));
+    if (rc != EZ_ETIMEDOUT || slice(deadline) == 0) return rc;
   }
 }
 
@@ -263,7 +266,7 @@ int cmd_pub(int argc, char **argv) {
       data = sized;
       len = (size_t)a.size;
     }
-    rc = publish_one(pub, data, len);
+    rc = publish_one(pub, data, len, ctx.timeout_ms);
     if (rc == 1) break;
     if (rc) exit_code = cli_fail(&ctx, rc, "publishing on %s", topic);
   }
@@ -301,9 +304,10 @@ static const cli_spec sub_spec = {
     .about =
         "Prints each message received on TOPIC (or upstream of it) on its own line: as text if\n"
         "it is valid UTF-8 without control characters other than tab, else in lower-case hex.\n"
-        "Exits 0 after --count messages (or on SIGINT/SIGTERM), 1 if --timeout passes without\n"
-        "a message or the graph server goes away. Without --address, a graph server is started\n"
-        "in this process if none answers at the default address.",
+        "Exits 0 after --count messages (or on SIGINT/SIGTERM), 1 if --timeout MS passes\n"
+        "without a message (default: wait forever) or the graph server goes away. Without\n"
+        "--address, a graph server is started in this process if none answers at the default\n"
+        "address.",
     .min_args = 1,
     .max_args = 1,
     .timeout_ms = -1,

@@ -1,0 +1,243 @@
+/* The machine's limits for bench/run.sh: what no messaging library can beat here.
+ *
+ *   memcpy      copies/s and MB/s for each size: "hot" copies one buffer to another (both in
+ *               cache when they fit), "cold" walks 64 MiB of sources and destinations so every
+ *               copy comes from and goes to memory.
+ *   socketpair  64-byte ping-pong between two processes over an AF_UNIX socketpair (two system
+ *               calls and one wake-up per direction): round trips/s and round-trip p50/p99.
+ *   condvar     ping-pong between two threads of one process through a mutex and condition
+ *               variable (one futex wake-up per direction).
+ *
+ *   ez_bench_limits [--duration S] [--json]      (S per measurement, default 0.3) */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define H_SUB_BITS 5
+#define H_SUB (1u << H_SUB_BITS)
+#define H_N ((64 - H_SUB_BITS) * H_SUB)
+#define COLD_BYTES ((size_t)64 << 20)
+
+static double g_duration = 0.3;
+static bool g_json;
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static unsigned h_index(uint64_t v) {
+  if (v < H_SUB) return (unsigned)v;
+  unsigned e = 63u - (unsigned)__builtin_clzll(v);
+  return (e - H_SUB_BITS + 1) * H_SUB + (unsigned)((v >> (e - H_SUB_BITS)) & (H_SUB - 1));
+}
+
+static double h_value(unsigned i) {
+  if (i < H_SUB) return (double)i;
+  unsigned e = i / H_SUB + H_SUB_BITS - 1, sub = i % H_SUB;
+  double lo = (double)((uint64_t)(H_SUB + sub) << (e - H_SUB_BITS));
+  return lo + (double)((uint64_t)1 << (e - H_SUB_BITS)) / 2.0;
+}
+
+static double h_quantile(const uint64_t *h, double q) {
+  uint64_t total = 0, acc = 0;
+  for (unsigned i = 0; i < H_N; i++)
+    total += h[i];
+  if (!total) return 0;
+  uint64_t want = (uint64_t)(q * (double)total);
+  if (want < 1) want = 1;
+  for (unsigned i = 0; i < H_N; i++)
+    if ((acc += h[i]) >= want) return h_value(i);
+  return h_value(H_N - 1);
+}
+
+static void report(const char *config, const char *variant, size_t size, double per_s,
+                   const uint64_t *hist) {
+  double p50 = hist ? h_quantile(hist, 0.5) / 1000.0 : 0,
+         p99 = hist ? h_quantile(hist, 0.99) / 1000.0 : 0;
+  if (g_json)
+    printf("{\"impl\": \"machine\", \"config\": \"%s\", \"transport\": \"%s\", \"n\": 1, "
+           "\"size\": %zu, \"ok\": true, \"msgs_per_s\": %.1f, \"mb_per_s\": %.3f, "
+           "\"lat_p50_us\": %.3f, \"lat_p99_us\": %.3f, \"error\": null}\n",
+           config, variant, size, per_s, per_s * (double)size / 1e6, p50, p99);
+  else if (hist)
+    printf("%-10s %-10s %8zu B %13.0f /s  p50 %8.2f us  p99 %8.2f us\n", config, variant, size,
+           per_s, p50, p99);
+  else
+    printf("%-10s %-10s %8zu B %13.0f /s %12.1f MB/s\n", config, variant, size, per_s,
+           per_s * (double)size / 1e6);
+  fflush(stdout);
+}
+
+/* ---- memcpy --------------------------------------------------------------------------------- */
+
+static void bench_memcpy(size_t size, bool cold) {
+  size_t n = cold ? COLD_BYTES / size : 1;
+  if (n < 1) n = 1;
+  uint8_t *src = malloc(n * size), *dst = malloc(n * size);
+  if (!src || !dst) {
+    fprintf(stderr, "ez_bench_limits: out of memory\n");
+    exit(1);
+  }
+  memset(src, 1, n * size);
+  memset(dst, 2, n * size);
+  uint64_t copies = 0, t0 = now_ns(), stop = t0 + (uint64_t)(g_duration * 1e9), t = t0;
+  size_t i = 0;
+  while (t < stop) {
+    for (int k = 0; k < 64; k++) {
+      memcpy(dst + i * size, src + i * size, size);
+      __asm__ volatile("" ::"r"(dst) : "memory"); /* the copy is not dead code */
+      if (++i == n) i = 0;
+    }
+    copies += 64;
+    t = now_ns();
+  }
+  report("memcpy", cold ? "cold" : "hot", size, (double)copies * 1e9 / (double)(t - t0), NULL);
+  free(src);
+  free(dst);
+}
+
+/* ---- socketpair ping-pong between processes -------------------------------------------------- */
+
+static int full(int fd, void *buf, size_t n, bool wr) {
+  uint8_t *p = buf;
+  while (n) {
+    struct pollfd pfd = {fd, wr ? POLLOUT : POLLIN, 0};
+    if (poll(&pfd, 1, 2000) <= 0) return -1; /* never hang */
+    ssize_t k = wr ? write(fd, p, n) : read(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return -1;
+    p += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+static void bench_socketpair(void) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return;
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    alarm(30);
+    close(sv[0]);
+    uint8_t b[64];
+    while (full(sv[1], b, sizeof b, false) == 0 && full(sv[1], b, sizeof b, true) == 0) {
+    }
+    _exit(0);
+  }
+  close(sv[1]);
+  static uint64_t hist[H_N];
+  memset(hist, 0, sizeof hist);
+  uint8_t b[64] = {0};
+  uint64_t n = 0, t0 = now_ns(), warm = t0 + 50000000u, stop = warm + (uint64_t)(g_duration * 1e9);
+  uint64_t m0 = 0;
+  for (;;) {
+    uint64_t t = now_ns();
+    if (t >= stop) break;
+    if (full(sv[0], b, sizeof b, true) || full(sv[0], b, sizeof b, false)) break;
+    uint64_t t2 = now_ns();
+    if (t >= warm) {
+      if (!n) m0 = t;
+      n++;
+      hist[h_index(t2 - t)]++;
+    }
+  }
+  uint64_t t1 = now_ns();
+  close(sv[0]);
+  waitpid(pid, NULL, 0);
+  report("pingpong", "socketpair", 64, n ? (double)n * 1e9 / (double)(t1 - m0) : 0, hist);
+}
+
+/* ---- condvar ping-pong between threads ----------------------------------------------------- */
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static int g_turn; /* 0: ping's turn, 1: pong's, 2: stop */
+
+static void *pong_thread(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&g_mu);
+  for (;;) {
+    while (g_turn == 0)
+      pthread_cond_wait(&g_cv, &g_mu);
+    if (g_turn == 2) break;
+    g_turn = 0;
+    pthread_cond_broadcast(&g_cv);
+  }
+  pthread_mutex_unlock(&g_mu);
+  return NULL;
+}
+
+static void bench_condvar(void) {
+  pthread_t th;
+  g_turn = 0;
+  pthread_create(&th, NULL, pong_thread, NULL);
+  static uint64_t hist[H_N];
+  memset(hist, 0, sizeof hist);
+  uint64_t n = 0, t0 = now_ns(), warm = t0 + 50000000u, stop = warm + (uint64_t)(g_duration * 1e9);
+  uint64_t m0 = 0;
+  for (;;) {
+    uint64_t t = now_ns();
+    if (t >= stop) break;
+    pthread_mutex_lock(&g_mu);
+    g_turn = 1;
+    pthread_cond_broadcast(&g_cv);
+    while (g_turn == 1)
+      pthread_cond_wait(&g_cv, &g_mu);
+    pthread_mutex_unlock(&g_mu);
+    uint64_t t2 = now_ns();
+    if (t >= warm) {
+      if (!n) m0 = t;
+      n++;
+      hist[h_index(t2 - t)]++;
+    }
+  }
+  uint64_t t1 = now_ns();
+  pthread_mutex_lock(&g_mu);
+  g_turn = 2;
+  pthread_cond_broadcast(&g_cv);
+  pthread_mutex_unlock(&g_mu);
+  pthread_join(th, NULL);
+  report("pingpong", "condvar", 64, n ? (double)n * 1e9 / (double)(t1 - m0) : 0, hist);
+}
+
+int main(int argc, char **argv) {
+  static const struct option lo[] = {
+      {"duration", 1, 0, 'd'}, {"json", 0, 0, 'j'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "d:jh", lo, NULL)) != -1) {
+    if (c == 'd')
+      g_duration = strtod(optarg, NULL);
+    else if (c == 'j')
+      g_json = true;
+    else {
+      fprintf(c == 'h' ? stdout : stderr, "usage: ez_bench_limits [--duration S] [--json]\n");
+      return c == 'h' ? 0 : 2;
+    }
+  }
+  if (!(g_duration > 0 && g_duration < 60)) g_duration = 0.3;
+  signal(SIGPIPE, SIG_IGN);
+  bench_memcpy(64, false);
+  bench_memcpy(4096, false);
+  bench_memcpy((size_t)1 << 20, false);
+  bench_memcpy((size_t)1 << 20, true);
+  bench_socketpair();
+  bench_condvar();
+  return 0;
+}

@@ -1,0 +1,371 @@
+#!/usr/bin/env bash
+# bench/run.sh [BUILD]: ezmsg-c against ZeroMQ and the machine's limits; writes bench/RESULTS.md.
+#
+# `make bench` runs it after building BUILD (default: build). It also builds BUILD-notel, the same
+# tree with -DEZ_TELEMETRY=OFF, for the telemetry row. Each round runs every workload once, ours
+# and theirs back to back (which goes first alternates by round), so slow drift of the machine
+# hits both sides alike; RESULTS.md gets the median and min/max over the rounds and the ratio of
+# the medians. Everything our side measures comes from `ezmsg perf`; ZeroMQ's from
+# bench/zmq_bench.c; the limits from bench/limits.c. Every run is bounded by `timeout`.
+#
+# Environment: ROUNDS (5), DURATION (0.8 s measured per run), WARMUP (0.25 s), JOBS (2),
+# OUT (bench/RESULTS.md), NOTEL_BUILD (BUILD-notel). A "## Where the time goes" section already in
+# OUT is kept (it is written by hand).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD=${1:-build}
+ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-0.8}
+WARMUP=${WARMUP:-0.25}
+JOBS=${JOBS:-2}
+OUT=${OUT:-bench/RESULTS.md}
+NOTEL=${NOTEL_BUILD:-$BUILD-notel}
+
+EZ=$BUILD/ezmsg
+ZMQ=$BUILD/bench/ez_bench_zmq
+LIM=$BUILD/bench/ez_bench_limits
+for f in "$EZ" "$LIM"; do
+  [ -x "$f" ] || { echo "bench/run.sh: $f is missing (build $BUILD with -DEZ_BENCH=ON)" >&2; exit 1; }
+done
+HAVE_ZMQ=1
+[ -x "$ZMQ" ] || { HAVE_ZMQ=0; echo "bench/run.sh: no $ZMQ (libzmq missing?): ZeroMQ rows skipped" >&2; }
+
+# The telemetry-off tree: same build type as BUILD, only the CLI.
+btype=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null || true)
+echo "bench: building $NOTEL (-DEZ_TELEMETRY=OFF, ${btype:-RelWithDebInfo})" >&2
+cmake -S . -B "$NOTEL" -DCMAKE_BUILD_TYPE="${btype:-RelWithDebInfo}" -DEZ_TELEMETRY=OFF \
+  -DEZ_TESTS=OFF -DEZ_BENCH=OFF >/dev/null
+cmake --build "$NOTEL" -j"$JOBS" --target ezmsg_cli >/dev/null
+EZ_NOTEL=$NOTEL/ezmsg
+
+RAW=$BUILD/bench-raw.tsv
+: >"$RAW"
+export EZMSG_LOG_LEVEL=${EZMSG_LOG_LEVEL:-error}
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+T_START=$(date +%s)
+
+# record KEY ROUND COMMAND...: runs it (killed after 120 s) and appends its JSON as one line.
+record() {
+  local key=$1 round=$2 out
+  shift 2
+  out=$(timeout -k 5 120 "$@" 2>/dev/null | tr -d '\n' || true)
+  printf '%s\t%s\t%s\n' "$key" "$round" "$out" >>"$RAW"
+}
+
+# Arguments every run of ours (ezmsg perf) and theirs (ez_bench_zmq) shares.
+PA=(-d "$DURATION" -w "$WARMUP" --json -q)
+ZA=(-d "$DURATION" -w "$WARMUP" --json)
+
+# pair ROUND KEY_OURS CMD_OURS... -- KEY_THEIRS CMD_THEIRS...: both, in an order that alternates.
+pair() {
+  local round=$1 ko=$2
+  shift 2
+  local ours=() theirs=()
+  while [ "$1" != "--" ]; do ours+=("$1"); shift; done
+  shift
+  local kt=$1
+  shift
+  theirs=("$@")
+  if [ $((round % 2)) -eq 1 ]; then
+    record "$ko" "$round" "${ours[@]}"
+    [ -z "$kt" ] || record "$kt" "$round" "${theirs[@]}"
+  else
+    [ -z "$kt" ] || record "$kt" "$round" "${theirs[@]}"
+    record "$ko" "$round" "${ours[@]}"
+  fi
+}
+
+record limits 0 "$LIM" --json
+declare -A ZT=([local]=inproc [shm]=ipc [tcp]=tcp)
+for round in $(seq 1 "$ROUNDS"); do
+  echo "bench: round $round of $ROUNDS ($(($(date +%s) - T_START)) s so far)" >&2
+  for size in 64 4096 1048576; do
+    for tr in local shm tcp; do
+      z=${ZT[$tr]}
+      kz="" && [ $HAVE_ZMQ = 1 ] && kz="thr/zmq/$z/$size"
+      pair "$round" "thr/ours/$tr/$size" "$EZ" perf -c fanout -T "$tr" -s "$size" "${PA[@]}" --copy \
+        -- "$kz" "$ZMQ" --mode thr -T "$z" -s "$size" "${ZA[@]}"
+    done
+  done
+  for tr in local shm tcp; do
+    z=${ZT[$tr]}
+    kz="" && [ $HAVE_ZMQ = 1 ] && kz="zc/zmq/$z/1048576"
+    pair "$round" "zc/ours/$tr/1048576" "$EZ" perf -c fanout -T "$tr" -s 1048576 "${PA[@]}" \
+      -- "$kz" "$ZMQ" --mode thr -T "$z" -s 1048576 "${ZA[@]}" --zerocopy
+    kz="" && [ $HAVE_ZMQ = 1 ] && kz="pp/zmq/$z/64"
+    pair "$round" "pp/ours/$tr/64" "$EZ" perf -c pingpong -T "$tr" -s 64 "${PA[@]}" --copy \
+      -- "$kz" "$ZMQ" --mode pingpong -T "$z" -s 64 "${ZA[@]}"
+    # The window: ZeroMQ keeps up to 2 x 1000 messages in flight (its high-water marks); ours
+    # keeps num_buffers (32 by default). The same 64 B case with 1024 buffers:
+    record "win/ours/$tr/64" "$round" "$EZ" perf -c fanout -T "$tr" -s 64 -b 1024 "${PA[@]}" --copy
+    # Telemetry compiled out, next to the telemetry-on run of the same round.
+    pair "$round" "tel/off/$tr/64" "$EZ_NOTEL" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy \
+      -- "tel/on/$tr/64" "$EZ" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy
+  done
+done
+record limits 99 "$LIM" --json
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+ELAPSED=$(($(date +%s) - T_START))
+
+CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD -- src include 2>/dev/null || COMMIT="$COMMIT + uncommitted changes in src/ or include/"
+
+export M_DATE M_NPROC M_CPU M_KERNEL M_COMMIT M_ZMQ
+M_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+M_NPROC=$(nproc)
+M_CPU=$CPU
+M_KERNEL=$(uname -r)
+M_COMMIT=$COMMIT
+M_ZMQ=$(pkg-config --modversion libzmq 2>/dev/null || echo '?')
+export ROUNDS DURATION WARMUP LOAD_START LOAD_END ELAPSED BUILD
+export BTYPE=${btype:-RelWithDebInfo}
+
+python3 - "$RAW" "$OUT" <<'PY'
+import json, statistics, sys, os
+
+raw, out = sys.argv[1], sys.argv[2]
+E = os.environ
+meta = dict(date=E["M_DATE"], nproc=E["M_NPROC"], cpu=E["M_CPU"], kernel=E["M_KERNEL"],
+            commit=E["M_COMMIT"], rounds=int(E["ROUNDS"]), duration=E["DURATION"],
+            warmup=E["WARMUP"], load_start=E["LOAD_START"], load_end=E["LOAD_END"],
+            elapsed=int(E["ELAPSED"]), build=E["BUILD"], btype=E["BTYPE"], zmq=E["M_ZMQ"])
+
+runs, fails = {}, []
+for line in open(raw):
+    key, rnd, text = line.rstrip("\n").split("\t", 2)
+    recs, pos, dec = [], 0, json.JSONDecoder()
+    try:
+        while pos < len(text.strip()):
+            while text[pos].isspace():
+                pos += 1
+            doc, pos = dec.raw_decode(text, pos)
+            recs += doc["results"] if "results" in doc else [doc]
+    except (ValueError, IndexError):
+        pass
+    if not recs:
+        fails.append((key, rnd, "no result (crashed or timed out): %r" % text[:120]))
+        continue
+    for r in recs:
+        k = key
+        if key == "limits":
+            k = "limits/%s/%s/%s" % (r["config"], r["transport"], r["size"])
+        if not r.get("ok", False):
+            fails.append((k, rnd, r.get("error")))
+            continue
+        runs.setdefault(k, []).append(r)
+
+def stat(key, field):
+    v = [r[field] for r in runs.get(key, [])]
+    if not v:
+        return None
+    return (statistics.median(v), min(v), max(v), len(v))
+
+def fmt(x, unit=""):
+    if x is None:
+        return "n/a"
+    if x >= 100:
+        s = "{:,.0f}".format(x)
+    elif x >= 10:
+        s = "%.1f" % x
+    else:
+        s = "%.2f" % x
+    return s + unit
+
+def cell(key, field, scale=1.0):
+    s = stat(key, field)
+    if not s:
+        return "n/a"
+    return "%s (%s–%s)" % (fmt(s[0] * scale), fmt(s[1] * scale), fmt(s[2] * scale))
+
+def med(key, field):
+    s = stat(key, field)
+    return s[0] if s else None
+
+def ratio(a, b):
+    return "%.2f" % (a / b) if a and b else "n/a"
+
+SZ = {"64": "64 B", "4096": "4 KiB", "1048576": "1 MiB"}
+ZT = {"local": "inproc", "shm": "ipc", "tcp": "tcp"}
+L = []
+w = L.append
+w("# Benchmarks: ezmsg-c vs ZeroMQ vs the machine")
+w("")
+w("Generated by `make bench` (bench/run.sh); numbers from a real run, nothing edited by hand except")
+w("the section *Where the time goes* at the end. Re-run to refresh.")
+w("")
+w("| | |")
+w("|---|---|")
+w("| date | %s |" % meta["date"])
+w("| machine | %s CPUs, %s, Linux %s |" % (meta["nproc"], meta["cpu"], meta["kernel"]))
+w("| load average (1/5/15 min) | %s at start, %s at end (other jobs share this machine) |" % (meta["load_start"], meta["load_end"]))
+w("| ezmsg-c | commit %s, %s build (`%s`) |" % (meta["commit"], meta["btype"], meta["build"]))
+w("| ZeroMQ | libzmq %s (Debian) |" % meta["zmq"])
+w("| method | %d rounds; each run %s s measured after %s s warm-up; ours and theirs back to back, order alternating per round; whole run %d s |" % (meta["rounds"], meta["duration"], meta["warmup"], meta["elapsed"]))
+w("")
+w("Cells are **median (min–max)** over the rounds; *ours/theirs* is the ratio of the medians")
+w("(above 1: we are faster). Latency is publish-to-receive under full load (so it includes")
+w("queueing behind the publisher's 32 buffers, or ZeroMQ's 1000-message high-water marks), taken")
+w("from a CLOCK_MONOTONIC stamp in every message. Every run checks sequence numbers: a run that")
+w("lost, duplicated or reordered a message counts as failed and is listed at the end.")
+w("")
+
+# ---- goals
+def goal(name, value, target, unit, higher=True, note=""):
+    if value is None:
+        verdict = "no data"
+    else:
+        verdict = "**met**" if (value >= target if higher else value <= target) else "**not met**"
+    w("| %s | %s %s | %s | %s |" % (name, "≥" if higher else "≤", fmt(target, unit), fmt(value, unit) if value is not None else "n/a", verdict + (" " + note if note else "")))
+
+w("## Goals")
+w("")
+w("| goal | target | measured (median) | verdict |")
+w("|---|---|---|---|")
+goal("in-process 64 B", med("thr/ours/local/64", "msgs_per_s"), 2e6, " msgs/s")
+goal("shm 64 B", med("thr/ours/shm/64", "msgs_per_s"), 5e5, " msgs/s")
+v = med("thr/ours/shm/1048576", "mb_per_s")
+goal("shm 1 MiB, publisher writes the payload (ez_publish)", v / 1000 if v else None, 4, " GB/s")
+v = med("zc/ours/shm/1048576", "mb_per_s")
+goal("shm 1 MiB, zero-copy loan (header written only)", v / 1000 if v else None, 4, " GB/s")
+goal("tcp 64 B", med("thr/ours/tcp/64", "msgs_per_s"), 3e5, " msgs/s")
+v = med("thr/ours/tcp/1048576", "mb_per_s")
+goal("tcp 1 MiB, publisher writes the payload", v / 1000 if v else None, 1.5, " GB/s")
+v = med("zc/ours/tcp/1048576", "mb_per_s")
+goal("tcp 1 MiB, zero-copy loan", v / 1000 if v else None, 1.5, " GB/s")
+goal("shm ping-pong round trip p50", med("pp/ours/shm/64", "lat_p50_us"), 60, " µs", higher=False)
+rs = []
+for size in SZ:
+    for tr in ZT:
+        a, b = med("thr/ours/%s/%s" % (tr, size), "msgs_per_s"), med("thr/zmq/%s/%s" % (ZT[tr], size), "msgs_per_s")
+        if a and b:
+            rs.append((a / b, tr, size))
+if rs:
+    worst = min(rs)
+    goal("ours/ZeroMQ throughput, worst of the 9 rows", worst[0], 1.0, "", note="(%s %s; best %.2f)" % (worst[1], SZ[worst[2]], max(rs)[0]))
+else:
+    goal("ours/ZeroMQ throughput", None, 1.0, "")
+for tr in ZT:
+    a, b = med("tel/on/%s/64" % tr, "msgs_per_s"), med("tel/off/%s/64" % tr, "msgs_per_s")
+    goal("telemetry in/out, %s 64 B" % tr, a / b if a and b else None, 0.97, "")
+w("")
+
+# ---- throughput
+def thr_table(title, prefix_ours, prefix_zmq, sizes, intro):
+    w("## " + title)
+    w("")
+    w(intro)
+    w("")
+    w("| size | ours | theirs | ours msgs/s | ZeroMQ msgs/s | ours/theirs | ours MB/s | ZeroMQ MB/s | ours p50 / p99 µs | ZeroMQ p50 / p99 µs |")
+    w("|---|---|---|---|---|---|---|---|---|---|")
+    for size in sizes:
+        for tr in ZT:
+            ko, kz = "%s/%s/%s" % (prefix_ours, tr, size), "%s/%s/%s" % (prefix_zmq, ZT[tr], size)
+            w("| %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s |" % (
+                SZ[size], tr, ZT[tr], cell(ko, "msgs_per_s"), cell(kz, "msgs_per_s"),
+                ratio(med(ko, "msgs_per_s"), med(kz, "msgs_per_s")),
+                fmt(med(ko, "mb_per_s")), fmt(med(kz, "mb_per_s")),
+                fmt(med(ko, "lat_p50_us")), fmt(med(ko, "lat_p99_us")),
+                fmt(med(kz, "lat_p50_us")), fmt(med(kz, "lat_p99_us"))))
+    w("")
+
+thr_table("Throughput, 1 publisher -> 1 subscriber", "thr/ours", "thr/zmq", SZ,
+          "The publisher sends from its own buffer: ours with `ez_publish` (one copy into the ring "
+          "slot), ZeroMQ with `zmq_send` on PUSH -> PULL (one copy into a message, then the kernel's "
+          "for ipc/tcp). Receivers take a zero-copy view (`ez_recv`, `zmq_msg_recv`) and read the "
+          "32-byte header. local = threads of one process (ZeroMQ inproc); shm and tcp = two "
+          "processes (ZeroMQ ipc and tcp). Ours: `ezmsg perf -c fanout -n 1 --copy`.")
+thr_table("Zero-copy publishing, 1 MiB", "zc/ours", "zc/zmq", ["1048576"],
+          "The publisher writes only the 32-byte header into a loaned slot (`ez_pub_loan`) or a "
+          "freshly allocated message (`zmq_msg_init_size`): this measures the transport alone. "
+          "For local and shm nothing copies the payload on our side, so MB/s is not a memory "
+          "bandwidth; for tcp it is the socket's.")
+
+w("## 64 B with a ZeroMQ-sized window")
+w("")
+w("Small-message throughput is bounded by the publisher's window: at most num_buffers messages are "
+  "unacknowledged, so msgs/s <= num_buffers / (notice-to-ack round trip). ZeroMQ's PUSH/PULL keeps "
+  "up to 2 x 1000 messages in flight (send and receive high-water marks). Same runs as the first "
+  "table with `-b 1024`:")
+w("")
+w("| transport | ours, 32 buffers | ours, 1024 buffers | ZeroMQ | ours (1024)/theirs | ours (1024) p50 / p99 µs |")
+w("|---|---|---|---|---|---|")
+for tr in ZT:
+    k32, kw, kz = "thr/ours/%s/64" % tr, "win/ours/%s/64" % tr, "thr/zmq/%s/64" % ZT[tr]
+    w("| %s | %s | %s | %s | %s | %s / %s |" % (tr, fmt(med(k32, "msgs_per_s")), cell(kw, "msgs_per_s"),
+      fmt(med(kz, "msgs_per_s")), ratio(med(kw, "msgs_per_s"), med(kz, "msgs_per_s")),
+      fmt(med(kw, "lat_p50_us")), fmt(med(kw, "lat_p99_us"))))
+w("")
+
+# ---- ping-pong
+w("## Ping-pong round trip, 64 B")
+w("")
+w("One message out, the reply back, one at a time (ours: two topics, a publisher and a subscriber on "
+  "each side, `ezmsg perf -c pingpong`; ZeroMQ: REQ/REP).")
+w("")
+w("| ours | theirs | ours p50 µs | ours p99 µs | ZeroMQ p50 µs | ZeroMQ p99 µs | ours round trips/s | ZeroMQ round trips/s | ours/theirs (rate) |")
+w("|---|---|---|---|---|---|---|---|---|")
+for tr in ZT:
+    ko, kz = "pp/ours/%s/64" % tr, "pp/zmq/%s/64" % ZT[tr]
+    w("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (tr, ZT[tr], cell(ko, "lat_p50_us"), cell(ko, "lat_p99_us"),
+      cell(kz, "lat_p50_us"), cell(kz, "lat_p99_us"), fmt(med(ko, "msgs_per_s")), fmt(med(kz, "msgs_per_s")),
+      ratio(med(ko, "msgs_per_s"), med(kz, "msgs_per_s"))))
+w("")
+
+# ---- telemetry
+w("## Telemetry compiled in vs out, 64 B")
+w("")
+w("The same `ezmsg perf --copy` runs against a second tree built with `-DEZ_TELEMETRY=OFF`, "
+  "run back to back with the telemetry-on build in every round.")
+w("")
+w("| transport | telemetry on msgs/s | telemetry off msgs/s | on/off |")
+w("|---|---|---|---|")
+for tr in ZT:
+    a, b = "tel/on/%s/64" % tr, "tel/off/%s/64" % tr
+    w("| %s | %s | %s | %s |" % (tr, cell(a, "msgs_per_s"), cell(b, "msgs_per_s"), ratio(med(a, "msgs_per_s"), med(b, "msgs_per_s"))))
+w("")
+
+# ---- limits
+w("## The machine's limits")
+w("")
+w("bench/limits.c, run before and after the rounds (median of the two).")
+w("")
+w("| measurement | size | per second | MB/s | p50 µs | p99 µs |")
+w("|---|---|---|---|---|---|")
+names = {"memcpy/hot": "memcpy, buffers in cache", "memcpy/cold": "memcpy, 64 MiB working set",
+         "pingpong/socketpair": "socketpair ping-pong, two processes",
+         "pingpong/condvar": "mutex+condvar ping-pong, two threads"}
+for k in sorted(x for x in runs if x.startswith("limits/")):
+    _, cfg, var, size = k.split("/")
+    lat = cfg == "pingpong"
+    w("| %s | %s | %s | %s | %s | %s |" % (names.get(cfg + "/" + var, cfg + " " + var), SZ.get(size, size + " B"),
+      fmt(med(k, "msgs_per_s")), "" if lat else fmt(med(k, "mb_per_s")),
+      fmt(med(k, "lat_p50_us")) if lat else "", fmt(med(k, "lat_p99_us")) if lat else ""))
+w("")
+
+# ---- failures
+w("## Failed runs")
+w("")
+if fails:
+    for k, rnd, err in fails:
+        w("- %s, round %s: %s" % (k, rnd, err))
+else:
+    w("None.")
+w("")
+
+# ---- the hand-written analysis is kept
+keep = ""
+if os.path.exists(out):
+    old = open(out).read()
+    i = old.find("## Where the time goes")
+    if i >= 0:
+        keep = old[i:]
+text = "\n".join(L) + "\n"
+if keep:
+    text += keep if keep.endswith("\n") else keep + "\n"
+else:
+    text += "## Where the time goes\n\n(not written yet)\n"
+open(out, "w").write(text)
+print("bench: wrote %s (%d runs, %d failed)" % (out, sum(len(v) for v in runs.values()), len(fails)), file=sys.stderr)
+PY
