@@ -45,7 +45,7 @@ static int switch_segment(chan *c, const char *name, size_t n) {
 }
 
 /* Parses one data frame from c->pin: bytes used, 0 for more, < 0 on a protocol error. */
-static long data_frame(chan *c) {
+static long data_frame(chan *c, uint64_t now) {
   ezi_rd r;
   ezi_rd_init(&r, ezi_buf_head(&c->pin), ezi_buf_pending(&c->pin), EZI_SHM_NAME_MAX);
   uint8_t cmd = 0;
@@ -84,10 +84,10 @@ static long data_frame(chan *c) {
   }
   pthread_mutex_lock(&c->mu);
   c->mode = cmd == EZI_TX_SHM ? "shm" : "tcp";
-  int took = ezi_chan_deliver(c, msg_id, &um, owned, seg);
+  int took = ezi_chan_deliver(c, msg_id, &um, owned, seg, now);
   pthread_mutex_unlock(&c->mu);
   if (took < 0) return EZ_EPROTO;
-  if (!took) ezi_chan_ack(c, msg_id);
+  if (!took) ezi_chan_ack(c, msg_id, now);
   return (long)r.pos;
 }
 
@@ -165,8 +165,9 @@ static void on_pub(ezi_watch *w, uint32_t ev) {
   if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
   long n;
   while ((n = ezi_buf_fill(&c->pin, w->fd, pin_limit(c))) > 0) {
+    uint64_t now = ezi_now_ns(); /* one clock read for all the frames of this read */
     for (;;) {
-      long used = c->state == CH_CONNECTING ? handshake(c) : data_frame(c);
+      long used = c->state == CH_CONNECTING ? handshake(c) : data_frame(c, now);
       if (used == GONE) return;
       if (used < 0) {
         EZI_WARN("channel %s: bad data from publisher %s (%s); dropping the link", c->id, c->pub_id,

@@ -23,13 +23,13 @@ static void slot_clear(slot *s) {
   *s = (slot){0};
 }
 
-void ezi_chan_ack(chan *c, uint64_t msg_id) {
+void ezi_chan_ack(chan *c, uint64_t msg_id, uint64_t now) {
   pthread_mutex_lock(&c->mu);
   ez_pub *pub = c->local_pub;
   if (pub) c->pub_users++;
   pthread_mutex_unlock(&c->mu);
   if (pub) {
-    ezi_pub_local_free(pub, msg_id);
+    ezi_pub_local_free(pub, msg_id, now);
     pthread_mutex_lock(&c->mu);
     if (--c->pub_users == 0) pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
@@ -42,7 +42,7 @@ void ezi_chan_ack(chan *c, uint64_t msg_id) {
 }
 
 int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
-                     ezi_seg *seg) {
+                     ezi_seg *seg, uint64_t now) {
   slot *s = &c->slots[msg_id % c->nbuf];
   if (s->live) { /* the publisher broke backpressure: refuse, keep what subscribers hold */
     EZI_WARN("channel %s: publisher reused the slot of message %llu before it was released",
@@ -70,7 +70,6 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
       s->iov[i] = (ez_iov){d, n};
     }
   }
-  uint64_t now = ezi_now_ns();
   for (size_t i = 0; i < c->n_subs; i++) {
     chan_sub *cs = c->subs[i];
     if (cs->gone) continue;
@@ -82,12 +81,13 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
   return 1;
 }
 
-bool ezi_chan_put_local(chan *c, uint64_t msg_id, ezi_seg *seg, const uint8_t *data, size_t len) {
+bool ezi_chan_put_local(chan *c, uint64_t msg_id, ezi_seg *seg, const uint8_t *data, size_t len,
+                        uint64_t now) {
   ezi_unmarshalled um;
   if (ezi_unmarshal(data, len, &um)) return false;
   pthread_mutex_lock(&c->mu);
   c->mode = "local";
-  bool took = ezi_chan_deliver(c, msg_id, &um, NULL, seg) > 0;
+  bool took = ezi_chan_deliver(c, msg_id, &um, NULL, seg, now) > 0;
   pthread_mutex_unlock(&c->mu);
   return took;
 }
@@ -143,7 +143,7 @@ void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
   }
   free_cs = cs->gone && !cs->leaving && cs->in_flight == 0;
   pthread_mutex_unlock(&c->mu);
-  if (do_ack) ezi_chan_ack(c, msg_id);
+  if (do_ack) ezi_chan_ack(c, msg_id, now);
   if (free_cs) {
     free(cs->t0);
     free(cs);

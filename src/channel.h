@@ -67,8 +67,8 @@ int ezi_chan_link_done(chan *c, int rc);
  * 1 if someone took it, 0 if nobody listens (the caller acks it), -1 if its slot is still held
  * (the publisher broke backpressure: a protocol error). */
 int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
-                     ezi_seg *seg);
-/* Acks msg_id to the publisher. Never called with c->mu held. */
-void ezi_chan_ack(chan *c, uint64_t msg_id);
+                     ezi_seg *seg, uint64_t now);
+/* Acks msg_id to the publisher (now: the release time). Never called with c->mu held. */
+void ezi_chan_ack(chan *c, uint64_t msg_id, uint64_t now);
 
 #endif

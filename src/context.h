@@ -86,9 +86,9 @@ void ezi_ctx_call(ez_context *ctx, void (*fn)(void *), void *arg);
 void ezi_outbox_init(ezi_outbox *ob, ezi_watch *w, uint32_t base_events);
 /* Appends bytes (any thread). Returns false if the outbox is dead. */
 bool ezi_outbox_put(ez_context *ctx, ezi_outbox *ob, const void *p, size_t n);
-/* Appends under an already-held lock (lock with ezi_outbox_lock); returns true if the caller must
- * call ezi_outbox_kick after unlocking. */
-bool ezi_outbox_put_locked(ezi_outbox *ob, const void *p, size_t n);
+/* Appends p1[0..n1) then p2[0..n2) with ob->mu held; when the link is idle, writes them straight
+ * to the socket instead. Returns true if the caller must call ezi_outbox_kick after unlocking. */
+bool ezi_outbox_put_locked(ezi_outbox *ob, const void *p1, size_t n1, const void *p2, size_t n2);
 void ezi_outbox_kick(ez_context *ctx, ezi_outbox *ob);
 /* I/O thread: writes what is pending; EZ_ECONNLOST if the socket failed. */
 int ezi_outbox_flush(ezi_outbox *ob);
@@ -100,8 +100,9 @@ ez_pub *ezi_ctx_find_pub(ez_context *ctx, const char *id);
 chan *ezi_ctx_find_chan(ez_context *ctx, const char *pub_id);
 
 /* ---- publisher (publisher.c) --------------------------------------------------------------- */
-/* Frees a local channel's lease on buf_idx (msg_id's slot). Any thread; takes pub->mu. */
-void ezi_pub_local_free(ez_pub *pub, uint64_t msg_id);
+/* Frees a local channel's lease on msg_id's slot (now: the release time). Any thread; takes
+ * pub->mu. */
+void ezi_pub_local_free(ez_pub *pub, uint64_t msg_id, uint64_t now);
 /* Attaches / detaches the process's local channel. I/O thread. */
 void ezi_pub_set_local(ez_pub *pub, chan *c);
 uint32_t ezi_pub_num_buffers(const ez_pub *pub);
@@ -120,7 +121,8 @@ int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **o
 void ezi_chan_leave(chan_sub *cs, bool release_viewed);
 /* A message the local publisher just wrote into its slot. Returns true if any subscriber took it
  * (the publisher then holds the slot for this channel). Called with pub->mu held. */
-bool ezi_chan_put_local(chan *c, uint64_t msg_id, ezi_seg *seg, const uint8_t *slot, size_t len);
+bool ezi_chan_put_local(chan *c, uint64_t msg_id, ezi_seg *seg, const uint8_t *slot, size_t len,
+                        uint64_t now);
 /* The publisher of a local channel is going away. I/O thread. */
 void ezi_chan_pub_gone(chan *c);
 /* Fills a view of message msg_id for cs (called by recv). EZ_ENOENT if it is gone. */

@@ -255,23 +255,27 @@ void ezi_pub_free_locked(ez_pub *p, pub_chan *pc, uint64_t msg_id, uint64_t now)
   *t0 = 0;
   p->in_flight--;
   if (--p->leases[idx] == 0) {
-    if (p->waiters) pthread_cond_broadcast(&p->cv);
+    /* Wake the publisher only for the slot it waits for (or when it waits for everything). */
+    if (p->waiters && (p->want < 0 || (uint32_t)p->want == idx)) pthread_cond_broadcast(&p->cv);
     ezi_pub_check_sync(p);
   }
 }
 
-void ezi_pub_local_free(ez_pub *p, uint64_t msg_id) {
+void ezi_pub_local_free(ez_pub *p, uint64_t msg_id, uint64_t now) {
   pthread_mutex_lock(&p->mu);
-  ezi_pub_free_locked(p, NULL, msg_id, ezi_now_ns());
+  ezi_pub_free_locked(p, NULL, msg_id, now);
   pthread_mutex_unlock(&p->mu);
 }
 
-/* Waits (p->mu held) until the next slot is free and the publisher runs. */
-static int wait_slot(ez_pub *p, uint64_t deadline) {
+/* Waits (p->mu held) until the next slot is free and the publisher runs. The deadline is read
+ * from the clock only when there is something to wait for (*deadline 0: not yet). */
+static int wait_slot(ez_pub *p, int timeout_ms, uint64_t *deadline) {
   uint32_t idx = (uint32_t)(p->next_id % p->nbuf);
   while (!p->closing && (!p->running || p->leases[idx])) {
+    if (!*deadline) *deadline = ezi_deadline(timeout_ms);
     p->waiters++;
-    int rc = ezi_cond_wait(&p->cv, &p->mu, deadline);
+    p->want = p->running ? (int64_t)idx : -1;
+    int rc = ezi_cond_wait(&p->cv, &p->mu, *deadline);
     p->waiters--;
     if (rc) return rc;
   }
@@ -310,7 +314,7 @@ static void send_slot(ez_pub *p, size_t len) {
   size_t total = EZI_MARSHAL_BYTES_HDR + len;
   ezi_marshal_bytes_header(slot, id, len);
   p->slot_msg[idx] = id;
-  if (p->local && ezi_chan_put_local(p->local, id, p->seg, slot, total)) {
+  if (p->local && ezi_chan_put_local(p->local, id, p->seg, slot, total, now)) {
     p->local_t0[idx] = now;
     p->leases[idx]++;
     p->in_flight++;
@@ -333,8 +337,7 @@ static void send_slot(ez_pub *p, size_t len) {
       hl = 17;
     }
     pthread_mutex_lock(&pc->out.mu);
-    bool kick = ezi_outbox_put_locked(&pc->out, hdr, hl);
-    if (!shm && !pc->out.dead) kick |= ezi_outbox_put_locked(&pc->out, slot, total);
+    bool kick = ezi_outbox_put_locked(&pc->out, hdr, hl, slot, shm ? 0 : total);
     bool dead = pc->out.dead;
     pthread_mutex_unlock(&pc->out.mu);
     if (kick) ezi_outbox_kick(p->ctx, &pc->out);
@@ -352,13 +355,13 @@ static void send_slot(ez_pub *p, size_t len) {
 /* Takes the next slot with room for len payload bytes (p->mu held on success). */
 static int take_slot(ez_pub *p, size_t len, int timeout_ms) {
   if (p->loaned) return EZ_EINVAL;
-  uint64_t deadline = ezi_deadline(timeout_ms);
+  uint64_t deadline = 0;
   pthread_mutex_lock(&p->mu);
-  int rc = wait_slot(p, deadline);
+  int rc = wait_slot(p, timeout_ms, &deadline);
   /* Python's reader wants the message strictly smaller than the data block. */
   if (!rc && (uint64_t)len + EZI_MARSHAL_BYTES_HDR >= ezi_seg_room(p->seg))
     rc = grow(p, (uint64_t)len + EZI_MARSHAL_BYTES_HDR + 1);
-  if (!rc) rc = wait_slot(p, deadline); /* grow dropped the lock */
+  if (!rc) rc = wait_slot(p, timeout_ms, &deadline); /* grow dropped the lock */
   if (rc) pthread_mutex_unlock(&p->mu);
   return rc;
 }
@@ -409,6 +412,7 @@ int ez_pub_flush(ez_pub *p, int timeout_ms) {
   int rc = 0;
   while (!rc && p->in_flight && !p->closing) {
     p->waiters++;
+    p->want = -1;
     rc = ezi_cond_wait(&p->cv, &p->mu, deadline);
     p->waiters--;
   }

@@ -40,6 +40,7 @@ struct ez_pub {
   pthread_mutex_t mu; /* everything below */
   pthread_cond_t cv;
   int waiters;
+  int64_t want;         /* the slot a waiting publisher needs, -1: any change (flush, pause) */
   ezi_seg *seg;
   bool shm_real;        /* seg is the server's segment, mapped here too */
   uint64_t next_id;

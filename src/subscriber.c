@@ -74,8 +74,10 @@ void ezi_sub_push(ez_sub *s, chan_sub *cs, uint64_t msg_id) {
     s->head = 0;
   }
   s->q[(s->head + s->n++) % s->cap] = (note){cs, msg_id};
-  if (s->n == 1) signal_ready(s);
+  bool wake = s->n == 1 && s->waiters;
+  if (s->n == 1 && s->efd >= 0 && !s->efd_set) signal_ready(s);
   pthread_mutex_unlock(&s->mu);
+  if (wake) pthread_cond_signal(&s->cv); /* after unlocking: the woken thread needs the lock */
 }
 
 static void clear_ready(ez_sub *s) { /* s->mu held; the queue just became empty */
@@ -106,7 +108,7 @@ void ezi_sub_purge(ez_sub *s, chan_sub *cs, void (*fn)(chan_sub *, uint64_t)) {
 
 int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
   if (!s || !m) return EZ_EINVAL;
-  uint64_t deadline = ezi_deadline(timeout_ms);
+  uint64_t deadline = 0; /* read from the clock only if recv has to wait */
   for (;;) {
     pthread_mutex_lock(&s->mu);
     int rc = 0;
@@ -115,6 +117,7 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
       else if (s->lost) rc = EZ_ECONNLOST;
       else if (timeout_ms == 0) rc = EZ_EAGAIN;
       else {
+        if (!deadline) deadline = ezi_deadline(timeout_ms);
         s->waiters++;
         rc = ezi_cond_wait(&s->cv, &s->mu, deadline);
         s->waiters--;
