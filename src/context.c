@@ -189,7 +189,15 @@ int ez_context_open(const char *address, ez_context **out) {
     free(ctx);
     return EZ_EADDR;
   }
-  int rc = ez_graph_ping(ctx->address, NULL, 0, 2000);
+  int rc = EZ_OK;
+  int fd = ezi_graph_open(ctx->address, ezi_deadline(2000), NULL, 0);
+  if (fd >= 0) {
+    /* Our own address as the graph server sees us: the `host` of our profile entries. */
+    ezi_sock_local_host(fd, ctx->host);
+    close(fd);
+  } else {
+    rc = fd;
+  }
   bool may_embed = (!address || !*address) && !getenv(EZ_ADDR_ENV);
   if (rc == EZ_ENOSERVER && may_embed) {
     rc = ez_server_start(ctx->address, &ctx->server);
@@ -200,7 +208,7 @@ int ez_context_open(const char *address, ez_context **out) {
     return rc;
   }
   ctx->pid = (int)getpid();
-  snprintf(ctx->host, sizeof ctx->host, "%.63s", host);
+  if (!ctx->host[0]) snprintf(ctx->host, sizeof ctx->host, "%.63s", host); /* embedded server */
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_mutex_init(&ctx->dirty_mu, NULL);
   rc = ezi_loop_new(&ctx->loop);

@@ -190,13 +190,16 @@ uint16_t ezi_sock_port(int fd) {
   return 0;
 }
 
-void ezi_sock_peer_host(int fd, char out[64]) {
+static void sock_host(int fd, bool peer, char out[64]) {
   struct sockaddr_storage ss;
   socklen_t len = sizeof ss;
   out[0] = 0;
-  if (getpeername(fd, (struct sockaddr *)&ss, &len) != 0) return;
+  if ((peer ? getpeername : getsockname)(fd, (struct sockaddr *)&ss, &len) != 0) return;
   if (getnameinfo((struct sockaddr *)&ss, len, out, 64, NULL, 0, NI_NUMERICHOST) != 0) out[0] = 0;
 }
+
+void ezi_sock_peer_host(int fd, char out[64]) { sock_host(fd, true, out); }
+void ezi_sock_local_host(int fd, char out[64]) { sock_host(fd, false, out); }
 
 int ezi_tcp_connect(const char *host, uint16_t port, int timeout_ms) {
   struct sockaddr_storage ss;

@@ -141,8 +141,9 @@ void ezi_addr_resolve(const char *addr, char out[300]);
 int ezi_tcp_listen(const char *host, uint16_t port, int backlog);
 /* The port an fd is bound to, 0 on error. */
 uint16_t ezi_sock_port(int fd);
-/* The peer's numeric host into out (empty on error). */
+/* The peer's / our own numeric host of a connected socket into out (empty on error). */
 void ezi_sock_peer_host(int fd, char out[64]);
+void ezi_sock_local_host(int fd, char out[64]);
 /* Connects to host:port within timeout_ms (the fd stays non-blocking). Returns fd or
  * EZ_ENOSERVER (refused / unreachable), EZ_ETIMEDOUT, EZ_EADDR. */
 int ezi_tcp_connect(const char *host, uint16_t port, int timeout_ms);

@@ -74,7 +74,7 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
 
 /* ---- pub ----------------------------------------------------------------------------------- */
 
-enum { OPT_FORCE_TCP = 2000, OPT_WAIT_SUBS, OPT_READY_FILE, OPT_HANDLE };
+enum { OPT_FORCE_TCP = 2000, OPT_WAIT_SUBS, OPT_READY_FILE, OPT_HANDLE, OPT_HOST };
 
 static const struct option pub_opts[] = {
     {"message", required_argument, NULL, 'm'},
@@ -84,6 +84,7 @@ static const struct option pub_opts[] = {
     {"num-buffers", required_argument, NULL, 'b'},
     {"force-tcp", no_argument, NULL, OPT_FORCE_TCP},
     {"wait-subscribers", required_argument, NULL, OPT_WAIT_SUBS},
+    {"host", required_argument, NULL, OPT_HOST},
     {0},
 };
 
@@ -112,6 +113,8 @@ static const cli_spec pub_spec = {
         "  -b, --num-buffers N  buffer slots of the publisher (default 32)\n"
         "      --force-tcp    send to other processes over TCP, never shared memory\n"
         "      --wait-subscribers N  first wait until N subscribing processes are connected\n"
+        "      --host H       listen for channels on H (default 127.0.0.1; another host's\n"
+        "                     subscribers need an address they can reach)\n"
         "  (--timeout MS bounds each wait: for subscribers, for a free buffer, for the final\n"
         "   release of everything sent; default: wait as long as it takes)\n",
 };
@@ -122,6 +125,7 @@ typedef struct pub_args {
   uint64_t size, count, num_buffers, wait_subs;
   double rate;
   bool force_tcp;
+  const char *host;
 } pub_args;
 
 static int pub_opt(int opt, const char *arg, void *user) {
@@ -133,6 +137,7 @@ static int pub_opt(int opt, const char *arg, void *user) {
   case 'b': return parse_u64(arg, 1u << 20, &a->num_buffers) || a->num_buffers < 1 ? -1 : 0;
   case OPT_WAIT_SUBS: return parse_u64(arg, 1u << 20, &a->wait_subs);
   case OPT_FORCE_TCP: a->force_tcp = true; return 0;
+  case OPT_HOST: a->host = arg; return *arg && strlen(arg) < 256 ? 0 : -1;
   case 'r': {
     char *end;
     errno = 0;
@@ -209,6 +214,7 @@ int cmd_pub(int argc, char **argv) {
   ez_pub_opts_init(&o);
   o.num_buffers = (uint32_t)a.num_buffers;
   o.force_tcp = a.force_tcp;
+  if (a.host) o.host = a.host;
   if (a.have_size && a.size + 64 > o.buf_size) o.buf_size = a.size + 64; /* no grow mid-stream */
   ez_pub *pub = NULL;
   rc = ez_pub_create(ez, topic, &o, &pub);
