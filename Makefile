@@ -6,7 +6,7 @@ JOBS ?= 2
 PREFIX ?= /usr/local
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test test-fast test-asan demo install bench fuzz clean format
+.PHONY: all deps build test test-fast test-asan test-tsan demo install bench fuzz clean format
 
 all: build
 
@@ -19,10 +19,13 @@ $(BUILD)/CMakeCache.txt:
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j$(JOBS)
 
-# Every test: the normal build, then the whole suite again under ASan+UBSan.
+# Every test: the normal build, then the whole suite again under ASan+UBSan, then the threaded
+# tests under ThreadSanitizer (die_after_fork=0: tests fork children that start threads; each
+# child is a fresh process for TSan's purposes).
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 	$(MAKE) test-asan
+	$(MAKE) test-tsan
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
@@ -33,6 +36,14 @@ test-asan: deps
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j$(JOBS)
+
+TSAN_BUILD ?= build-tsan
+test-tsan: deps
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
+	  -DEZ_SANITIZE=thread -DEZ_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build $(TSAN_BUILD) -j$(JOBS)
+	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 \
+	  ctest --output-on-failure -j$(JOBS) -E 'fuzz_replay|sh_install|sh_multihost'
 
 demo: build
 	@bash examples/demo.sh $(BUILD)
