@@ -284,7 +284,9 @@ int ez_sub_fd(const ez_sub *sub);
 const char *ez_sub_id(const ez_sub *sub);
 const char *ez_sub_topic(const ez_sub *sub);
 
-/* Unregisters and frees the subscriber, releasing every message it still holds. NULL: no-op. */
+/* Unregisters and frees the subscriber, releasing every message it still holds: views from
+ * ez_recv that were not released become invalid and must not be released afterwards. Not while
+ * another thread is in ez_recv on it. NULL: no-op. */
 void ez_sub_destroy(ez_sub *sub);
 
 /* ---------------------------------------------------------------------------------------------
