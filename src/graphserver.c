@@ -6,6 +6,7 @@
  * last arrives, its client leaves, or its timer fires. Each client keeps a FIFO of the ops it owes
  * an answer to, one FIFO per kind of answer, since clients answer each kind in order. */
 #include "dag.h"
+#include "gsparse.h"
 #include "internal.h"
 #include "loop.h"
 #include "shm.h"
@@ -620,47 +621,27 @@ static void broadcast_pubs(server *s, uint8_t cmd, op *o) {
 /* Parses one frame from c->in. Returns bytes consumed (> 0), 0 if more bytes are needed, or -1 if
  * the connection was closed. */
 static long parse_one(server *s, conn *c) {
-  ezi_rd r;
-  ezi_rd_init(&r, ezi_buf_head(&c->in), ezi_buf_pending(&c->in), EZ_MAX_CONTROL_STR);
-  uint8_t cmd = 0;
-  const char *a = NULL, *b = NULL;
-  size_t na = 0, nb = 0;
-  uint64_t u1 = 0, u2 = 0;
-
   if (c->st == C_LEASE || c->st == C_WAIT || c->st == C_CLOSING)
     return (long)ezi_buf_pending(&c->in); /* nothing more is expected: discard */
-  if (c->st == C_PUB_ADDR) {
-    ezi_rd_str(&r, &a, &na);
-  } else if (c->st == C_PUB || c->st == C_SUB || c->st == C_CHAN) {
-    if (ezi_rd_u8(&r, &cmd) && cmd == EZI_PROFILE_DATA) ezi_rd_str(&r, &a, &na);
-  } else if (ezi_rd_u8(&r, &cmd)) {
-    switch (cmd) {
-    case EZI_PUBLISH:
-    case EZI_SUBSCRIBE:
-    case EZI_CHANNEL:
-    case EZI_SHM_ATTACH: ezi_rd_str(&r, &a, &na); break;
-    case EZI_CONNECT:
-    case EZI_DISCONNECT:
-      if (ezi_rd_str(&r, &a, &na)) ezi_rd_str(&r, &b, &nb);
-      break;
-    case EZI_SHM_CREATE:
-      if (ezi_rd_u64(&r, &u1)) ezi_rd_u64(&r, &u2);
-      break;
-    case EZI_PROFILE: ezi_rd_u64(&r, &u1); break;
-    default: break;
-    }
-  }
-  int st = ezi_rd_status(&r);
+  ezi_gs_phase phase = c->st == C_PUB_ADDR                                   ? EZI_GS_PUB_ADDR
+                       : c->st == C_PUB || c->st == C_SUB || c->st == C_CHAN ? EZI_GS_CLIENT
+                                                                              : EZI_GS_COMMAND;
+  ezi_gs_req q;
+  int st = ezi_gs_parse(phase, ezi_buf_head(&c->in), ezi_buf_pending(&c->in), &q);
   if (st < 0) {
     protocol_error(c, "string beyond the 1 MiB limit");
     return -1;
   }
   if (st == 0) {
-    c->need = r.need;
+    c->need = q.need;
     return 0;
   }
   c->need = 0;
-  long used = (long)r.pos;
+  long used = (long)q.used;
+  uint8_t cmd = q.cmd;
+  const char *a = q.a, *b = q.b;
+  size_t na = q.na, nb = q.nb;
+  uint64_t u1 = q.u1, u2 = q.u2;
 
   switch (c->st) {
   case C_PUB_ADDR: handle_pub_address(s, c, a, na); return c->dead ? -1 : used;
