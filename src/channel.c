@@ -35,8 +35,8 @@ void ezi_chan_ack(chan *c, uint64_t msg_id, uint64_t now) {
     pthread_mutex_unlock(&c->mu);
     return;
   }
-  if (c->pw.fd < 0) return;
-  uint8_t b[9] = {EZI_RX_ACK};
+  if (!c->remote) return; /* a local channel whose publisher is gone */
+  uint8_t b[9] = {EZI_RX_ACK}; /* a closed link's outbox drops it */
   ezi_put_u64le(b + 1, msg_id);
   ezi_outbox_put(c->ctx, &c->acks, b, 9);
 }
@@ -293,6 +293,7 @@ static int chan_create(ez_context *ctx, const char *pub_id, chan **out) {
     }
   } else {
     c->state = CH_CONNECTING;
+    c->remote = true;
     rc = ezi_chan_link_start(c, addr);
   }
   free(addr);

@@ -42,7 +42,8 @@ struct chan {
   /* local */
   ez_pub *local_pub;
   int pub_users;
-  /* remote (I/O thread) */
+  /* remote (I/O thread; `remote` is set before anyone else sees the channel) */
+  bool remote;
   ezi_watch pw;
   ezi_buf pin;
   ezi_outbox acks;
