@@ -28,7 +28,8 @@ static int side(const char *addr, const char *mine, const char *theirs, int rd, 
   double t0 = now_s();
   if (ez_sub_create(ctx, theirs, NULL, &s)) return 4;
   if (now_s() - t0 > 4.0) return 5; /* it waited out the handshake timeout: deadlock */
-  for (int i = 0; i < 4000 && ez_pub_num_channels(p) < 1; i++) usleep(1000);
+  for (int i = 0; i < 4000 && ez_pub_num_channels(p) < 1; i++)
+    usleep(1000);
   if (ez_pub_num_channels(p) < 1) return 6;
   if (write(wr, &c, 1) != 1 || read(rd, &c, 1) != 1) return 7; /* both subscribed */
   if (ez_publish(p, mine, strlen(mine), 5000)) return 8;

@@ -25,6 +25,7 @@
  * No timing assertion other than generous upper bounds on "returns within its timeout".
  * EZ_FAULTS_FILTER=<glob> runs only the matching tests; EZ_FAULTS_VERBOSE=1 lists the segments. */
 #include "harness.h"
+#include "rawproto.h"
 #include "marshal.h"
 
 #include <arpa/inet.h>
@@ -32,7 +33,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -840,69 +840,6 @@ static void test_pub_stopped(void **state) {
 /* ---- 4. a publisher (played here over raw sockets) cuts its channel mid-message ---------------
  */
 
-static int tcp_connect_addr(const char *addr) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  assert_true(fd >= 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)atoi(strrchr(addr, ':') + 1)),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
-
-/* Reads exactly n bytes within timeout_ms: 0, or -1 on timeout / EOF / error. */
-static int rd_exact(int fd, void *buf, size_t n, int timeout_ms) {
-  uint8_t *p = buf;
-  int64_t deadline = now_ms() + timeout_ms;
-  while (n) {
-    int left = (int)(deadline - now_ms());
-    struct pollfd pf = {.fd = fd, .events = POLLIN};
-    int r = poll(&pf, 1, left > 0 ? left : 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return -1;
-    ssize_t k = recv(fd, p, n, 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
-
-static void wr(int fd, const void *p, size_t n) {
-  const uint8_t *b = p;
-  while (n) {
-    ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    assert_true(k > 0);
-    b += k;
-    n -= (size_t)k;
-  }
-}
-
-static void wr_str(int fd, const char *s) {
-  uint8_t l[8];
-  ezi_put_le64(l, strlen(s));
-  wr(fd, l, 8);
-  wr(fd, s, strlen(s));
-}
-
-static uint64_t rd_u64(int fd) {
-  uint8_t b[8];
-  assert_int_equal(rd_exact(fd, b, 8, TMO), 0);
-  return ezi_get_le64(b);
-}
-
-/* Reads a str into buf (NUL-terminated); fails if longer than cap - 1. */
-static void rd_str(int fd, char *buf, size_t cap) {
-  uint64_t n = rd_u64(fd);
-  assert_true(n < cap);
-  assert_int_equal(rd_exact(fd, buf, (size_t)n, TMO), 0);
-  buf[n] = 0;
-}
-
 typedef struct fake_pub {
   int graph, data, listener;
   char id[64];
@@ -920,35 +857,35 @@ static void fake_pub_start(fx *f, fake_pub *fp, const char *topic, uint64_t nbuf
   char my_addr[64];
   snprintf(my_addr, sizeof my_addr, "127.0.0.1:%u", ntohs(a.sin_port));
 
-  fp->graph = tcp_connect_addr(f->addr);
+  fp->graph = rp_open(f->addr);
   char ver[64];
-  rd_str(fp->graph, ver, sizeof ver);
+  rp_rd_str(fp->graph, ver, sizeof ver);
   uint8_t cmd = PUBLISH;
-  wr(fp->graph, &cmd, 1);
-  wr_str(fp->graph, topic);
-  rd_str(fp->graph, fp->id, sizeof fp->id);
+  rp_wr(fp->graph, &cmd, 1);
+  rp_wr_str(fp->graph, topic);
+  rp_rd_str(fp->graph, fp->id, sizeof fp->id);
   assert_int_equal(strlen(fp->id), 36);
-  wr_str(fp->graph, my_addr);
+  rp_wr_str(fp->graph, my_addr);
 
   /* The server now sends the subscriber an UPDATE; its channel comes to us. */
   struct pollfd pf = {.fd = fp->listener, .events = POLLIN};
   assert_int_equal(poll(&pf, 1, TMO), 1);
   fp->data = accept4(fp->listener, NULL, NULL, SOCK_CLOEXEC);
   assert_true(fp->data >= 0);
-  assert_int_equal(rd_exact(fp->data, &cmd, 1, TMO), 0);
+  assert_int_equal(rp_rd_exact(fp->data, &cmd, 1, TMO), 0);
   assert_int_equal(cmd, CHANNEL);
   char chan_id[64];
-  rd_str(fp->data, chan_id, sizeof chan_id);
+  rp_rd_str(fp->data, chan_id, sizeof chan_id);
   assert_int_equal(strlen(chan_id), 36);
-  wr_str(fp->data, ""); /* no segment: TCP it is */
-  assert_int_equal(rd_exact(fp->data, &cmd, 1, TMO), 0);
+  rp_wr_str(fp->data, ""); /* no segment: TCP it is */
+  assert_int_equal(rp_rd_exact(fp->data, &cmd, 1, TMO), 0);
   assert_int_equal(cmd, SHM_ATTACH_FAILED);
-  assert_int_equal(rd_u64(fp->data), (uint64_t)getpid());
+  assert_int_equal(rp_rd_u64(fp->data), (uint64_t)getpid());
   uint8_t done[9] = {COMPLETE};
   ezi_put_le64(done + 1, nbuf);
-  wr(fp->data, done, 9);
+  rp_wr(fp->data, done, 9);
   /* ... and the server completes our registration once the subscriber answered its UPDATE. */
-  assert_int_equal(rd_exact(fp->graph, &cmd, 1, TMO), 0);
+  assert_int_equal(rp_rd_exact(fp->graph, &cmd, 1, TMO), 0);
   assert_int_equal(cmd, COMPLETE);
 }
 
@@ -989,7 +926,7 @@ static void test_channel_cut_mid_message(void **state) {
     snprintf(first, sizeof first, "whole %zu", k);
     size_t n;
     uint8_t *fr = tx_frame(0, first, &n);
-    wr(fp.data, fr, n);
+    rp_wr(fp.data, fr, n);
     free(fr);
     ez_msg m;
     assert_int_equal(ez_recv(sub, &m, TMO), 0);
@@ -999,14 +936,14 @@ static void test_channel_cut_mid_message(void **state) {
     assert_string_equal(m.pub_id, fp.id);
     ez_msg_release(&m);
     uint8_t ack[9];
-    assert_int_equal(rd_exact(fp.data, ack, 9, TMO), 0);
+    assert_int_equal(rp_rd_exact(fp.data, ack, 9, TMO), 0);
     assert_int_equal(ack[0], RX_ACK);
     assert_int_equal(ezi_get_le64(ack + 1), 0);
 
     /* Then part of the next one, and the connection is cut. */
     fr = tx_frame(1, body, &n);
     assert_int_equal(n, full_len);
-    wr(fp.data, fr, cuts[k]);
+    rp_wr(fp.data, fr, cuts[k]);
     free(fr);
     sleep_ms(50); /* let the channel read the part */
     close(fp.data);

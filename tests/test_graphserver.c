@@ -5,14 +5,11 @@
  * Every test starts its own server on a free 127.0.0.1 port (fixture) and stops it by pid with
  * SIGTERM at the end, expecting exit status 0. */
 #include "harness.h"
+#include "rawproto.h"
 #include "shm.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -87,188 +84,6 @@ static void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-/* ---- raw protocol helpers ----------------------------------------------------------------------
- */
-
-/* A blocking TCP connection to the server (no version read yet). */
-static int raw_open(const char *addr) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  assert_true(fd >= 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)atoi(strrchr(addr, ':') + 1)),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
-
-/* Reads exactly n bytes within timeout_ms. 0 ok, -1 timeout, -2 EOF (or reset), -3 error. */
-static int rd_exact(int fd, void *buf, size_t n, int timeout_ms) {
-  uint8_t *p = buf;
-  int64_t deadline = now_ms() + timeout_ms;
-  while (n) {
-    int left = (int)(deadline - now_ms());
-    struct pollfd pf = {.fd = fd, .events = POLLIN};
-    int r = poll(&pf, 1, left > 0 ? left : 0); /* 0: still look once */
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return -3;
-    if (r == 0) return -1;
-    ssize_t k = recv(fd, p, n, 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k == 0 || (k < 0 && errno == ECONNRESET)) return -2;
-    if (k < 0) return -3;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
-
-static void wr(int fd, const void *p, size_t n) {
-  const uint8_t *b = p;
-  while (n) {
-    ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    assert_true(k > 0);
-    b += k;
-    n -= (size_t)k;
-  }
-}
-
-static void put_u64le(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++)
-    p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void wr_u8(int fd, uint8_t v) { wr(fd, &v, 1); }
-static void wr_u64(int fd, uint64_t v) {
-  uint8_t b[8];
-  put_u64le(b, v);
-  wr(fd, b, 8);
-}
-static void wr_str(int fd, const char *s) {
-  wr_u64(fd, strlen(s));
-  wr(fd, s, strlen(s));
-}
-/* A command with up to two string arguments, in one write. */
-static void wr_cmd(int fd, uint8_t cmd, const char *a, const char *b) {
-  size_t na = a ? strlen(a) : 0, nb = b ? strlen(b) : 0, n = 1;
-  uint8_t *m = malloc(1 + 16 + na + nb);
-  assert_non_null(m);
-  m[0] = cmd;
-  if (a) {
-    put_u64le(m + n, na);
-    memcpy(m + n + 8, a, na);
-    n += 8 + na;
-  }
-  if (b) {
-    put_u64le(m + n, nb);
-    memcpy(m + n + 8, b, nb);
-    n += 8 + nb;
-  }
-  wr(fd, m, n);
-  free(m);
-}
-
-static uint8_t rd_u8(int fd) {
-  uint8_t v = 0xff;
-  assert_int_equal(rd_exact(fd, &v, 1, TMO), 0);
-  return v;
-}
-
-static uint64_t rd_u64(int fd) {
-  uint8_t b[8];
-  assert_int_equal(rd_exact(fd, b, 8, TMO), 0);
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--)
-    v = (v << 8) | b[i];
-  return v;
-}
-
-/* Reads a str into out (cap bytes incl. NUL); returns its length. */
-static size_t rd_str(int fd, char *out, size_t cap) {
-  uint64_t n = rd_u64(fd);
-  assert_true(n < cap);
-  assert_int_equal(rd_exact(fd, out, (size_t)n, TMO), 0);
-  out[n] = 0;
-  return (size_t)n;
-}
-
-static void expect_u8(int fd, uint8_t want) { assert_int_equal(rd_u8(fd), want); }
-
-static void expect_str(int fd, const char *want) {
-  char buf[512];
-  rd_str(fd, buf, sizeof buf);
-  assert_string_equal(buf, want);
-}
-
-/* Connects and reads the server's version string. */
-static int raw_connect(const char *addr) {
-  int fd = raw_open(addr);
-  expect_str(fd, EZ_VERSION);
-  return fd;
-}
-
-/* True if the peer closes (EOF or reset) within timeout_ms without sending anything. */
-static bool closed_silently(int fd, int timeout_ms) {
-  uint8_t b;
-  return rd_exact(fd, &b, 1, timeout_ms) == -2;
-}
-
-/* True if nothing arrives (and the connection stays open) for ms. */
-static bool quiet_for(int fd, int ms) {
-  uint8_t b;
-  return rd_exact(fd, &b, 1, ms) == -1;
-}
-
-static bool is_uuid(const char *s) {
-  if (strlen(s) != 36) return false;
-  for (int i = 0; i < 36; i++) {
-    bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-    if (dash ? s[i] != '-' : !strchr("0123456789abcdef", s[i])) return false;
-  }
-  return true;
-}
-
-/* Registers a fake subscriber on topic: SUBSCRIBE -> sub_id -> UPDATE ids -> COMPLETE ->
- * COMPLETE. ids receives the first UPDATE's publisher list. */
-static int fake_sub(const char *addr, const char *topic, char id[37], char *ids, size_t cap) {
-  int fd = raw_connect(addr);
-  wr_cmd(fd, SUBSCRIBE, topic, NULL);
-  rd_str(fd, id, 37);
-  assert_true(is_uuid(id));
-  expect_u8(fd, UPDATE);
-  rd_str(fd, ids, cap);
-  wr_u8(fd, COMPLETE);
-  expect_u8(fd, COMPLETE);
-  return fd;
-}
-
-/* Starts registering a fake publisher: PUBLISH -> pub_id -> address. The caller lets the
- * downstream subscribers answer their UPDATEs, then reads the publisher's COMPLETE. */
-static int fake_pub_begin(const char *addr, const char *topic, const char *chan_addr, char id[37]) {
-  int fd = raw_connect(addr);
-  wr_cmd(fd, PUBLISH, topic, NULL);
-  rd_str(fd, id, 37);
-  assert_true(is_uuid(id));
-  wr_str(fd, chan_addr);
-  return fd;
-}
-
-/* A fake publisher with no subscribers downstream: registered at once. */
-static int fake_pub(const char *addr, const char *topic, char id[37]) {
-  int fd = fake_pub_begin(addr, topic, "127.0.0.1:45678", id);
-  expect_u8(fd, COMPLETE);
-  return fd;
-}
-
-/* The subscriber side of an UPDATE: reads it (ids into buf) and answers COMPLETE. */
-static void sub_update(int fd, char *ids, size_t cap) {
-  expect_u8(fd, UPDATE);
-  rd_str(fd, ids, cap);
-  wr_u8(fd, COMPLETE);
-}
-
 /* ---- graph helpers ------------------------------------------------------------------------------
  */
 
@@ -302,7 +117,7 @@ static void test_version_ping(void **state) {
   assert_int_equal(ez_graph_ping(f->addr, ver, sizeof ver, TMO), 0);
   assert_string_equal(ver, "3.6.2");
   /* A raw connection gets the same version string first; hanging up right away is a ping. */
-  int fd = raw_connect(f->addr);
+  int fd = rp_connect(f->addr);
   close(fd);
   assert_int_equal(ez_graph_ping(f->addr, NULL, 0, TMO), 0);
 }
@@ -359,27 +174,27 @@ static void test_connect_disconnect_prune(void **state) {
   ez_graph_free(&g);
 
   /* Over a raw connection: CONNECT answers COMPLETE / CYCLIC, then the server hangs up. */
-  int fd = raw_connect(f->addr);
-  wr_cmd(fd, CONNECT, "/r1", "/r2");
-  expect_u8(fd, COMPLETE);
-  assert_true(closed_silently(fd, TMO));
+  int fd = rp_connect(f->addr);
+  rp_wr_cmd(fd, CONNECT, "/r1", "/r2");
+  rp_expect_u8(fd, COMPLETE);
+  assert_true(rp_closed_silently(fd, TMO));
   close(fd);
-  fd = raw_connect(f->addr);
-  wr_cmd(fd, CONNECT, "/r2", "/r1");
-  expect_u8(fd, CYCLIC);
-  assert_true(closed_silently(fd, TMO));
+  fd = rp_connect(f->addr);
+  rp_wr_cmd(fd, CONNECT, "/r2", "/r1");
+  rp_expect_u8(fd, CYCLIC);
+  assert_true(rp_closed_silently(fd, TMO));
   close(fd);
   /* DAG over a raw connection: DAG, u64 n, n bytes (a pickle), COMPLETE. */
-  fd = raw_connect(f->addr);
-  wr_u8(fd, DAG);
-  expect_u8(fd, DAG);
-  uint64_t n = rd_u64(fd);
+  fd = rp_connect(f->addr);
+  rp_wr_u8(fd, DAG);
+  rp_expect_u8(fd, DAG);
+  uint64_t n = rp_rd_u64(fd);
   assert_true(n > 2 && n < 4096);
   uint8_t pk[4096];
-  assert_int_equal(rd_exact(fd, pk, (size_t)n, TMO), 0);
+  assert_int_equal(rp_rd_exact(fd, pk, (size_t)n, TMO), 0);
   assert_int_equal(pk[0], 0x80);    /* PROTO */
   assert_int_equal(pk[n - 1], '.'); /* STOP */
-  expect_u8(fd, COMPLETE);
+  rp_expect_u8(fd, COMPLETE);
   close(fd);
 }
 
@@ -396,52 +211,52 @@ static void test_shutdown_request(void **state) {
 static void test_raw_sub_pub_channel(void **state) {
   fixture *f = *state;
   char sub_id[37], pub_id[37], ids[512];
-  int sub = fake_sub(f->addr, "/t", sub_id, ids, sizeof ids);
+  int sub = rp_fake_sub(f->addr, "/t", sub_id, ids, sizeof ids);
   assert_string_equal(ids, "");
 
-  int pub = fake_pub_begin(f->addr, "/t", "127.0.0.1:45678", pub_id);
+  int pub = rp_fake_pub_begin(f->addr, "/t", "127.0.0.1:45678", pub_id);
   assert_string_not_equal(pub_id, sub_id);
-  expect_u8(sub, UPDATE);
-  rd_str(sub, ids, sizeof ids);
+  rp_expect_u8(sub, UPDATE);
+  rp_rd_str(sub, ids, sizeof ids);
   assert_string_equal(ids, pub_id);
   /* The publisher's COMPLETE waits for the subscriber's. */
-  assert_true(quiet_for(pub, 200));
-  wr_u8(sub, COMPLETE);
-  expect_u8(pub, COMPLETE);
+  assert_true(rp_quiet_for(pub, 200));
+  rp_wr_u8(sub, COMPLETE);
+  rp_expect_u8(pub, COMPLETE);
 
   /* CHANNEL for that publisher: COMPLETE, channel id, the publisher's address. */
-  int chan = raw_connect(f->addr);
-  wr_cmd(chan, CHANNEL, pub_id, NULL);
-  expect_u8(chan, COMPLETE);
+  int chan = rp_connect(f->addr);
+  rp_wr_cmd(chan, CHANNEL, pub_id, NULL);
+  rp_expect_u8(chan, COMPLETE);
   char chan_id[64];
-  rd_str(chan, chan_id, sizeof chan_id);
-  assert_true(is_uuid(chan_id));
+  rp_rd_str(chan, chan_id, sizeof chan_id);
+  assert_true(rp_is_uuid(chan_id));
   assert_string_not_equal(chan_id, pub_id);
-  expect_str(chan, "127.0.0.1:45678");
+  rp_expect_str(chan, "127.0.0.1:45678");
 
   /* A second subscriber on the same topic sees the publisher at once. */
   char sub2_id[37];
-  int sub2 = fake_sub(f->addr, "/t", sub2_id, ids, sizeof ids);
+  int sub2 = rp_fake_sub(f->addr, "/t", sub2_id, ids, sizeof ids);
   assert_string_equal(ids, pub_id);
   /* ...and a subscriber elsewhere does not. */
   char sub3_id[37];
-  int sub3 = fake_sub(f->addr, "/elsewhere", sub3_id, ids, sizeof ids);
+  int sub3 = rp_fake_sub(f->addr, "/elsewhere", sub3_id, ids, sizeof ids);
   assert_string_equal(ids, "");
 
   /* The publisher leaves: its subscribers get UPDATE "" (our extension), the other nothing. */
   close(pub);
-  sub_update(sub, ids, sizeof ids);
+  rp_sub_update(sub, ids, sizeof ids);
   assert_string_equal(ids, "");
-  sub_update(sub2, ids, sizeof ids);
+  rp_sub_update(sub2, ids, sizeof ids);
   assert_string_equal(ids, "");
-  assert_true(quiet_for(sub3, 200));
+  assert_true(rp_quiet_for(sub3, 200));
   /* The channel is not told anything by the server (it would notice on the data plane). */
-  assert_true(quiet_for(chan, 100));
+  assert_true(rp_quiet_for(chan, 100));
 
   /* A CHANNEL for the departed publisher: closed without an answer. */
-  int chan2 = raw_connect(f->addr);
-  wr_cmd(chan2, CHANNEL, pub_id, NULL);
-  assert_true(closed_silently(chan2, TMO));
+  int chan2 = rp_connect(f->addr);
+  rp_wr_cmd(chan2, CHANNEL, pub_id, NULL);
+  assert_true(rp_closed_silently(chan2, TMO));
   close(chan2);
 
   close(chan);
@@ -454,32 +269,32 @@ static void test_raw_sub_pub_channel(void **state) {
 static void test_update_lists_all_publishers(void **state) {
   fixture *f = *state;
   char sub_id[37], p1[37], p2[37], ids[512];
-  int sub = fake_sub(f->addr, "/m", sub_id, ids, sizeof ids);
-  int a = fake_pub_begin(f->addr, "/m", "127.0.0.1:40001", p1);
-  sub_update(sub, ids, sizeof ids);
+  int sub = rp_fake_sub(f->addr, "/m", sub_id, ids, sizeof ids);
+  int a = rp_fake_pub_begin(f->addr, "/m", "127.0.0.1:40001", p1);
+  rp_sub_update(sub, ids, sizeof ids);
   assert_string_equal(ids, p1);
-  expect_u8(a, COMPLETE);
-  int b = fake_pub_begin(f->addr, "/m", "127.0.0.1:40002", p2);
-  sub_update(sub, ids, sizeof ids);
+  rp_expect_u8(a, COMPLETE);
+  int b = rp_fake_pub_begin(f->addr, "/m", "127.0.0.1:40002", p2);
+  rp_sub_update(sub, ids, sizeof ids);
   assert_int_equal(strlen(ids), 73);
   assert_int_equal(ids[36], ',');
   assert_non_null(strstr(ids, p1));
   assert_non_null(strstr(ids, p2));
-  expect_u8(b, COMPLETE);
+  rp_expect_u8(b, COMPLETE);
   /* A publisher whose channel address is not host:port breaks the protocol: closed. */
-  int bad = raw_connect(f->addr);
+  int bad = rp_connect(f->addr);
   char bad_id[37];
-  wr_cmd(bad, PUBLISH, "/m", NULL);
-  rd_str(bad, bad_id, sizeof bad_id);
-  wr_str(bad, "no port here");
-  assert_true(closed_silently(bad, TMO));
+  rp_wr_cmd(bad, PUBLISH, "/m", NULL);
+  rp_rd_str(bad, bad_id, sizeof bad_id);
+  rp_wr_str(bad, "no port here");
+  assert_true(rp_closed_silently(bad, TMO));
   close(bad);
-  assert_true(quiet_for(sub, 100)); /* it never counted as a publisher */
+  assert_true(rp_quiet_for(sub, 100)); /* it never counted as a publisher */
   close(a);
-  sub_update(sub, ids, sizeof ids);
+  rp_sub_update(sub, ids, sizeof ids);
   assert_string_equal(ids, p2);
   close(b);
-  sub_update(sub, ids, sizeof ids);
+  rp_sub_update(sub, ids, sizeof ids);
   assert_string_equal(ids, "");
   close(sub);
 }
@@ -504,54 +319,54 @@ static void *edge_thread(void *arg) {
 static void test_edge_routing(void **state) {
   fixture *f = *state;
   char sub_id[37], pub_id[37], ids[512];
-  int pub = fake_pub(f->addr, "/a", pub_id);
-  int sub = fake_sub(f->addr, "/b", sub_id, ids, sizeof ids);
+  int pub = rp_fake_pub(f->addr, "/a", pub_id);
+  int sub = rp_fake_sub(f->addr, "/b", sub_id, ids, sizeof ids);
   assert_string_equal(ids, "");
 
   edge_call e = {.addr = f->addr, .from = "/a", .to = "/b", .connect = true};
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, edge_thread, &e), 0);
-  expect_u8(sub, UPDATE);
-  rd_str(sub, ids, sizeof ids);
+  rp_expect_u8(sub, UPDATE);
+  rp_rd_str(sub, ids, sizeof ids);
   assert_string_equal(ids, pub_id);
   sleep_ms(300); /* the connect must still be waiting for us */
   assert_int_equal(atomic_load(&e.done), 0);
-  wr_u8(sub, COMPLETE);
+  rp_wr_u8(sub, COMPLETE);
   pthread_join(t, NULL);
   assert_int_equal(e.rc, 0);
 
   /* Longer chain: /a -> /b -> /c; a subscriber on /c sees the publisher on /a. */
   char sub_c_id[37];
-  int sub_c = fake_sub(f->addr, "/c", sub_c_id, ids, sizeof ids);
+  int sub_c = rp_fake_sub(f->addr, "/c", sub_c_id, ids, sizeof ids);
   assert_string_equal(ids, "");
   edge_call e2 = {.addr = f->addr, .from = "/b", .to = "/c", .connect = true};
   assert_int_equal(pthread_create(&t, NULL, edge_thread, &e2), 0);
-  sub_update(sub_c, ids, sizeof ids);
+  rp_sub_update(sub_c, ids, sizeof ids);
   assert_string_equal(ids, pub_id);
   pthread_join(t, NULL);
   assert_int_equal(e2.rc, 0);
-  assert_true(quiet_for(sub, 100)); /* /b is upstream of the change: not told */
+  assert_true(rp_quiet_for(sub, 100)); /* /b is upstream of the change: not told */
 
   /* Disconnect /a -> /b: both downstream subscribers get UPDATE "", answered before COMPLETE. */
   edge_call e3 = {.addr = f->addr, .from = "/a", .to = "/b", .connect = false};
   assert_int_equal(pthread_create(&t, NULL, edge_thread, &e3), 0);
-  expect_u8(sub, UPDATE);
-  rd_str(sub, ids, sizeof ids);
+  rp_expect_u8(sub, UPDATE);
+  rp_rd_str(sub, ids, sizeof ids);
   assert_string_equal(ids, "");
-  sub_update(sub_c, ids, sizeof ids);
+  rp_sub_update(sub_c, ids, sizeof ids);
   assert_string_equal(ids, "");
   sleep_ms(200);
   assert_int_equal(atomic_load(&e3.done), 0);
-  wr_u8(sub, COMPLETE);
+  rp_wr_u8(sub, COMPLETE);
   pthread_join(t, NULL);
   assert_int_equal(e3.rc, 0);
 
   /* A subscriber that leaves instead of answering also lets the request finish. */
   edge_call e4 = {.addr = f->addr, .from = "/a", .to = "/b", .connect = true};
   assert_int_equal(pthread_create(&t, NULL, edge_thread, &e4), 0);
-  expect_u8(sub, UPDATE);
-  rd_str(sub, ids, sizeof ids);
-  sub_update(sub_c, ids, sizeof ids);
+  rp_expect_u8(sub, UPDATE);
+  rp_rd_str(sub, ids, sizeof ids);
+  rp_sub_update(sub_c, ids, sizeof ids);
   assert_string_equal(ids, pub_id);
   close(sub);
   pthread_join(t, NULL);
@@ -612,13 +427,13 @@ static void *profile_thread(void *arg) {
 
 /* Reads a PROFILE request on a registered client; returns its window_ms. */
 static uint64_t read_profile_req(int fd) {
-  expect_u8(fd, PROFILE);
-  return rd_u64(fd);
+  rp_expect_u8(fd, PROFILE);
+  return rp_rd_u64(fd);
 }
 
 static void send_profile_data(int fd, const char *json) {
-  wr_u8(fd, PROFILE_DATA);
-  wr_str(fd, json);
+  rp_wr_u8(fd, PROFILE_DATA);
+  rp_wr_str(fd, json);
 }
 
 /* Three publishers and a channel: one publisher answers, one never does, one disconnects
@@ -626,15 +441,15 @@ static void send_profile_data(int fd, const char *json) {
 static void test_profile_partial_answers(void **state) {
   fixture *f = *state;
   char good_id[37], silent_id[37], gone_id[37], json[1024];
-  int good = fake_pub(f->addr, "/p/good", good_id);
-  int silent = fake_pub(f->addr, "/p/silent", silent_id);
-  int gone = fake_pub(f->addr, "/p/gone", gone_id);
-  int chan = raw_connect(f->addr);
-  wr_cmd(chan, CHANNEL, good_id, NULL);
-  expect_u8(chan, COMPLETE);
+  int good = rp_fake_pub(f->addr, "/p/good", good_id);
+  int silent = rp_fake_pub(f->addr, "/p/silent", silent_id);
+  int gone = rp_fake_pub(f->addr, "/p/gone", gone_id);
+  int chan = rp_connect(f->addr);
+  rp_wr_cmd(chan, CHANNEL, good_id, NULL);
+  rp_expect_u8(chan, COMPLETE);
   char chan_id[64], paddr[64];
-  rd_str(chan, chan_id, sizeof chan_id);
-  rd_str(chan, paddr, sizeof paddr);
+  rp_rd_str(chan, chan_id, sizeof chan_id);
+  rp_rd_str(chan, paddr, sizeof paddr);
 
   profile_call p = {.addr = f->addr};
   pthread_t t;
@@ -697,8 +512,8 @@ static void test_profile_partial_answers(void **state) {
   free(p.json);
   /* Everybody is still registered: a SYNC-free check through PAUSE. */
   assert_int_equal(ez_graph_pause(f->addr, TMO), 0);
-  expect_u8(good, PAUSE);
-  expect_u8(silent, PAUSE);
+  rp_expect_u8(good, PAUSE);
+  rp_expect_u8(silent, PAUSE);
   close(good);
   close(silent);
   close(chan);
@@ -723,26 +538,26 @@ static void test_sync(void **state) {
   assert_int_equal(ez_graph_sync(f->addr, TMO), 0);
 
   char id1[37], id2[37];
-  int p1 = fake_pub(f->addr, "/s1", id1);
-  int p2 = fake_pub(f->addr, "/s2", id2);
+  int p1 = rp_fake_pub(f->addr, "/s1", id1);
+  int p2 = rp_fake_pub(f->addr, "/s2", id2);
   simple_call s = {.addr = f->addr};
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, sync_thread, &s), 0);
-  expect_u8(p1, SYNC);
-  expect_u8(p2, SYNC);
-  wr_u8(p1, COMPLETE);
+  rp_expect_u8(p1, SYNC);
+  rp_expect_u8(p2, SYNC);
+  rp_wr_u8(p1, COMPLETE);
   sleep_ms(300); /* still waiting for p2 */
   assert_int_equal(atomic_load(&s.done), 0);
-  wr_u8(p2, COMPLETE);
+  rp_wr_u8(p2, COMPLETE);
   pthread_join(t, NULL);
   assert_int_equal(s.rc, 0);
 
   /* A publisher that leaves instead of answering counts as done. */
   s = (simple_call){.addr = f->addr};
   assert_int_equal(pthread_create(&t, NULL, sync_thread, &s), 0);
-  expect_u8(p1, SYNC);
-  expect_u8(p2, SYNC);
-  wr_u8(p2, COMPLETE);
+  rp_expect_u8(p1, SYNC);
+  rp_expect_u8(p2, SYNC);
+  rp_wr_u8(p2, COMPLETE);
   sleep_ms(200);
   assert_int_equal(atomic_load(&s.done), 0);
   close(p1);
@@ -754,27 +569,27 @@ static void test_sync(void **state) {
 static void test_pause_resume(void **state) {
   fixture *f = *state;
   char id1[37], id2[37], sid[37], ids[128];
-  int p1 = fake_pub(f->addr, "/pr1", id1);
-  int p2 = fake_pub(f->addr, "/pr2", id2);
-  int sub = fake_sub(f->addr, "/pr1", sid, ids, sizeof ids);
+  int p1 = rp_fake_pub(f->addr, "/pr1", id1);
+  int p2 = rp_fake_pub(f->addr, "/pr2", id2);
+  int sub = rp_fake_sub(f->addr, "/pr1", sid, ids, sizeof ids);
   assert_string_equal(ids, id1);
   assert_int_equal(ez_graph_pause(f->addr, TMO), 0);
-  expect_u8(p1, PAUSE);
-  expect_u8(p2, PAUSE);
+  rp_expect_u8(p1, PAUSE);
+  rp_expect_u8(p2, PAUSE);
   assert_int_equal(ez_graph_resume(f->addr, TMO), 0);
-  expect_u8(p1, RESUME);
-  expect_u8(p2, RESUME);
+  rp_expect_u8(p1, RESUME);
+  rp_expect_u8(p2, RESUME);
   /* Exactly one byte each, and nothing to subscribers. */
-  assert_true(quiet_for(p1, 100));
-  assert_true(quiet_for(p2, 50));
-  assert_true(quiet_for(sub, 50));
+  assert_true(rp_quiet_for(p1, 100));
+  assert_true(rp_quiet_for(p2, 50));
+  assert_true(rp_quiet_for(sub, 50));
   /* Raw: PAUSE gets no answer; the server just hangs up. */
-  int fd = raw_connect(f->addr);
-  wr_u8(fd, PAUSE);
-  assert_true(closed_silently(fd, TMO));
+  int fd = rp_connect(f->addr);
+  rp_wr_u8(fd, PAUSE);
+  assert_true(rp_closed_silently(fd, TMO));
   close(fd);
-  expect_u8(p1, PAUSE);
-  expect_u8(p2, PAUSE);
+  rp_expect_u8(p1, PAUSE);
+  rp_expect_u8(p2, PAUSE);
   close(p1);
   close(p2);
   close(sub);
@@ -796,12 +611,12 @@ static bool shm_gone_within(const char *name, int ms) {
 
 /* A raw SHM_CREATE lease: returns the fd, name in name. */
 static int raw_shm_create(const char *addr, uint64_t nbuf, uint64_t size, char name[64]) {
-  int fd = raw_connect(addr);
-  wr_u8(fd, SHM_CREATE);
-  wr_u64(fd, nbuf);
-  wr_u64(fd, size);
-  expect_u8(fd, COMPLETE);
-  rd_str(fd, name, 64);
+  int fd = rp_connect(addr);
+  rp_wr_u8(fd, SHM_CREATE);
+  rp_wr_u64(fd, nbuf);
+  rp_wr_u64(fd, size);
+  rp_expect_u8(fd, COMPLETE);
+  rp_rd_str(fd, name, 64);
   return fd;
 }
 
@@ -819,19 +634,19 @@ static void test_shm_leases(void **state) {
   ezi_shm_detach(&m);
 
   /* A second lease through SHM_ATTACH. */
-  int lease2 = raw_connect(f->addr);
-  wr_cmd(lease2, SHM_ATTACH, name, NULL);
-  expect_u8(lease2, COMPLETE);
-  expect_str(lease2, name);
+  int lease2 = rp_connect(f->addr);
+  rp_wr_cmd(lease2, SHM_ATTACH, name, NULL);
+  rp_expect_u8(lease2, COMPLETE);
+  rp_expect_str(lease2, name);
   close(lease1);
-  assert_true(quiet_for(lease2, 200));
+  assert_true(rp_quiet_for(lease2, 200));
   assert_true(shm_exists(name)); /* one lease left */
   close(lease2);
   assert_true(shm_gone_within(name, TMO));
   /* A name no longer leased is unknown. */
-  int late = raw_connect(f->addr);
-  wr_cmd(late, SHM_ATTACH, name, NULL);
-  assert_true(closed_silently(late, TMO));
+  int late = rp_connect(f->addr);
+  rp_wr_cmd(late, SHM_ATTACH, name, NULL);
+  assert_true(rp_closed_silently(late, TMO));
   close(late);
 
   /* Segments still leased when the server stops are removed by it. */
@@ -840,7 +655,7 @@ static void test_shm_leases(void **state) {
   assert_int_equal(th_stop(f->pid, SIGTERM, TMO), 0);
   f->pid = 0;
   assert_false(shm_exists(name2));
-  assert_true(closed_silently(lease3, TMO));
+  assert_true(rp_closed_silently(lease3, TMO));
   close(lease3);
 }
 

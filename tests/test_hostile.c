@@ -3,12 +3,11 @@
  * subscriber, registered at the start of every test, and fresh one-shot requests keep working
  * within their normal timeouts. */
 #include "harness.h"
+#include "rawproto.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -52,197 +51,9 @@ enum {
   PROFILE_DATA = 22,
 };
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
-}
-
-/* ---- raw protocol helpers ----------------------------------------------------------------------
- */
-
-/* A blocking TCP connection to the server (no version read yet). */
-static int raw_open(const char *addr) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  assert_true(fd >= 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)atoi(strrchr(addr, ':') + 1)),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
-
-/* Reads exactly n bytes within timeout_ms. 0 ok, -1 timeout, -2 EOF (or reset), -3 error. */
-static int rd_exact(int fd, void *buf, size_t n, int timeout_ms) {
-  uint8_t *p = buf;
-  int64_t deadline = now_ms() + timeout_ms;
-  while (n) {
-    int left = (int)(deadline - now_ms());
-    struct pollfd pf = {.fd = fd, .events = POLLIN};
-    int r = poll(&pf, 1, left > 0 ? left : 0); /* 0: still look once */
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return -3;
-    if (r == 0) return -1;
-    ssize_t k = recv(fd, p, n, 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k == 0 || (k < 0 && errno == ECONNRESET)) return -2;
-    if (k < 0) return -3;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
-
-static void wr(int fd, const void *p, size_t n) {
-  const uint8_t *b = p;
-  while (n) {
-    ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    assert_true(k > 0);
-    b += k;
-    n -= (size_t)k;
-  }
-}
-
-static void put_u64le(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++)
-    p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void wr_u8(int fd, uint8_t v) { wr(fd, &v, 1); }
-static void wr_u64(int fd, uint64_t v) {
-  uint8_t b[8];
-  put_u64le(b, v);
-  wr(fd, b, 8);
-}
-static void wr_str(int fd, const char *s) {
-  wr_u64(fd, strlen(s));
-  wr(fd, s, strlen(s));
-}
-/* A command with up to two string arguments, in one write. */
-static void wr_cmd(int fd, uint8_t cmd, const char *a, const char *b) {
-  size_t na = a ? strlen(a) : 0, nb = b ? strlen(b) : 0, n = 1;
-  uint8_t *m = malloc(1 + 16 + na + nb);
-  assert_non_null(m);
-  m[0] = cmd;
-  if (a) {
-    put_u64le(m + n, na);
-    memcpy(m + n + 8, a, na);
-    n += 8 + na;
-  }
-  if (b) {
-    put_u64le(m + n, nb);
-    memcpy(m + n + 8, b, nb);
-    n += 8 + nb;
-  }
-  wr(fd, m, n);
-  free(m);
-}
-
-static uint8_t rd_u8(int fd) {
-  uint8_t v = 0xff;
-  assert_int_equal(rd_exact(fd, &v, 1, TMO), 0);
-  return v;
-}
-
-static uint64_t rd_u64(int fd) {
-  uint8_t b[8];
-  assert_int_equal(rd_exact(fd, b, 8, TMO), 0);
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--)
-    v = (v << 8) | b[i];
-  return v;
-}
-
-/* Reads a str into out (cap bytes incl. NUL); returns its length. */
-static size_t rd_str(int fd, char *out, size_t cap) {
-  uint64_t n = rd_u64(fd);
-  assert_true(n < cap);
-  assert_int_equal(rd_exact(fd, out, (size_t)n, TMO), 0);
-  out[n] = 0;
-  return (size_t)n;
-}
-
-static void expect_u8(int fd, uint8_t want) { assert_int_equal(rd_u8(fd), want); }
-
-static void expect_str(int fd, const char *want) {
-  char buf[512];
-  rd_str(fd, buf, sizeof buf);
-  assert_string_equal(buf, want);
-}
-
-/* Connects and reads the server's version string. */
-static int raw_connect(const char *addr) {
-  int fd = raw_open(addr);
-  expect_str(fd, EZ_VERSION);
-  return fd;
-}
-
-/* True if the peer closes (EOF or reset) within timeout_ms without sending anything. */
-static bool closed_silently(int fd, int timeout_ms) {
-  uint8_t b;
-  return rd_exact(fd, &b, 1, timeout_ms) == -2;
-}
-
-/* True if nothing arrives (and the connection stays open) for ms. */
-static bool quiet_for(int fd, int ms) {
-  uint8_t b;
-  return rd_exact(fd, &b, 1, ms) == -1;
-}
-
-static bool is_uuid(const char *s) {
-  if (strlen(s) != 36) return false;
-  for (int i = 0; i < 36; i++) {
-    bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-    if (dash ? s[i] != '-' : !strchr("0123456789abcdef", s[i])) return false;
-  }
-  return true;
-}
-
-/* Registers a fake subscriber on topic: SUBSCRIBE -> sub_id -> UPDATE ids -> COMPLETE ->
- * COMPLETE. ids receives the first UPDATE's publisher list. */
-static int fake_sub(const char *addr, const char *topic, char id[37], char *ids, size_t cap) {
-  int fd = raw_connect(addr);
-  wr_cmd(fd, SUBSCRIBE, topic, NULL);
-  rd_str(fd, id, 37);
-  assert_true(is_uuid(id));
-  expect_u8(fd, UPDATE);
-  rd_str(fd, ids, cap);
-  wr_u8(fd, COMPLETE);
-  expect_u8(fd, COMPLETE);
-  return fd;
-}
-
-/* Starts registering a fake publisher: PUBLISH -> pub_id -> address. The caller lets the
- * downstream subscribers answer their UPDATEs, then reads the publisher's COMPLETE. */
-static int fake_pub_begin(const char *addr, const char *topic, const char *chan_addr, char id[37]) {
-  int fd = raw_connect(addr);
-  wr_cmd(fd, PUBLISH, topic, NULL);
-  rd_str(fd, id, 37);
-  assert_true(is_uuid(id));
-  wr_str(fd, chan_addr);
-  return fd;
-}
-
-/* A fake publisher with no subscribers downstream: registered at once. */
-static int fake_pub(const char *addr, const char *topic, char id[37]) {
-  int fd = fake_pub_begin(addr, topic, "127.0.0.1:45678", id);
-  expect_u8(fd, COMPLETE);
-  return fd;
-}
-
-/* The subscriber side of an UPDATE: reads it (ids into buf) and answers COMPLETE. */
-static void sub_update(int fd, char *ids, size_t cap) {
-  expect_u8(fd, UPDATE);
-  rd_str(fd, ids, cap);
-  wr_u8(fd, COMPLETE);
 }
 
 /* ---- graph helpers ------------------------------------------------------------------------------
@@ -280,8 +91,8 @@ static int setup(void **state) {
   f->pub = f->sub = -1;
   f->pid = th_start_server(f->addr);
   char ids[64];
-  f->pub = fake_pub(f->addr, "/okpub", f->pub_id);
-  f->sub = fake_sub(f->addr, "/ok", f->sub_id, ids, sizeof ids);
+  f->pub = rp_fake_pub(f->addr, "/okpub", f->pub_id);
+  f->sub = rp_fake_sub(f->addr, "/ok", f->sub_id, ids, sizeof ids);
   assert_string_equal(ids, "");
   return 0;
 }
@@ -323,7 +134,7 @@ static void healthy(fixture *f) {
   pthread_t t;
   edge_call e = {f->addr, "/okpub", "/ok", true, -1};
   assert_int_equal(pthread_create(&t, NULL, edge_thread, &e), 0);
-  sub_update(f->sub, ids, sizeof ids);
+  rp_sub_update(f->sub, ids, sizeof ids);
   pthread_join(t, NULL);
   assert_string_equal(ids, f->pub_id);
   assert_int_equal(e.rc, 0);
@@ -333,7 +144,7 @@ static void healthy(fixture *f) {
   ez_graph_free(&g);
   e = (edge_call){f->addr, "/okpub", "/ok", false, -1};
   assert_int_equal(pthread_create(&t, NULL, edge_thread, &e), 0);
-  sub_update(f->sub, ids, sizeof ids);
+  rp_sub_update(f->sub, ids, sizeof ids);
   pthread_join(t, NULL);
   assert_string_equal(ids, "");
   assert_int_equal(e.rc, 0);
@@ -344,8 +155,8 @@ static void healthy(fixture *f) {
   ez_graph_free(&g);
   assert_int_equal(ez_graph_disconnect(f->addr, "/hx", "/hy", TMO), 0);
   /* Nothing else reached the registered clients. */
-  assert_true(quiet_for(f->pub, 0));
-  assert_true(quiet_for(f->sub, 0));
+  assert_true(rp_quiet_for(f->pub, 0));
+  assert_true(rp_quiet_for(f->sub, 0));
 }
 
 /* The server process's resident memory in kB (-1 if unknown). */
@@ -376,9 +187,9 @@ static void wr_try(int fd, const void *p, size_t n) {
 /* Opens a connection, reads the version, sends `n` bytes and expects the server to hang up
  * without answering. */
 static void expect_rejected(const char *addr, const void *bytes, size_t n) {
-  int fd = raw_connect(addr);
+  int fd = rp_connect(addr);
   wr_try(fd, bytes, n);
-  assert_true(closed_silently(fd, TMO));
+  assert_true(rp_closed_silently(fd, TMO));
   close(fd);
 }
 
@@ -400,13 +211,13 @@ static void test_truncated_frames(void **state) {
               {9 + 3 + 8 + 2, "half the second string"}};
   /* CONNECT "/tr" "/tq" = 1 + 8 + 3 + 8 + 3 bytes. */
   m[0] = CONNECT;
-  put_u64le(m + 1, 3);
+  rp_put_u64le(m + 1, 3);
   memcpy(m + 9, "/tr", 3);
-  put_u64le(m + 12, 3);
+  rp_put_u64le(m + 12, 3);
   memcpy(m + 20, "/tq", 3);
   for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
-    int fd = raw_connect(f->addr);
-    wr(fd, m, cuts[i].n);
+    int fd = rp_connect(f->addr);
+    rp_wr(fd, m, cuts[i].n);
     close(fd);
     assert_int_equal(ez_graph_ping(f->addr, NULL, 0, TMO), 0);
   }
@@ -418,31 +229,31 @@ static void test_truncated_frames(void **state) {
   /* Other requests cut short: SUBSCRIBE, PUBLISH before / inside its address, PROFILE,
    * SHM_CREATE, CHANNEL. */
   uint8_t sub[] = {SUBSCRIBE, 4, 0, 0, 0, 0, 0, 0, 0, '/', 'o'};
-  int fd = raw_connect(f->addr);
-  wr(fd, sub, sizeof sub);
+  int fd = rp_connect(f->addr);
+  rp_wr(fd, sub, sizeof sub);
   close(fd);
   char id[37];
-  fd = raw_connect(f->addr);
-  wr_cmd(fd, PUBLISH, "/ok", NULL); /* upstream of the healthy subscriber: must not reach it */
-  rd_str(fd, id, sizeof id);
+  fd = rp_connect(f->addr);
+  rp_wr_cmd(fd, PUBLISH, "/ok", NULL); /* upstream of the healthy subscriber: must not reach it */
+  rp_rd_str(fd, id, sizeof id);
   close(fd); /* before sending its address */
-  fd = raw_connect(f->addr);
-  wr_cmd(fd, PUBLISH, "/ok", NULL);
-  rd_str(fd, id, sizeof id);
+  fd = rp_connect(f->addr);
+  rp_wr_cmd(fd, PUBLISH, "/ok", NULL);
+  rp_rd_str(fd, id, sizeof id);
   uint8_t half_addr[] = {15, 0, 0, 0, 0, 0, 0, 0, '1', '2', '7', '.'};
-  wr(fd, half_addr, sizeof half_addr);
+  rp_wr(fd, half_addr, sizeof half_addr);
   close(fd);
   uint8_t prof[] = {PROFILE, 0xd0, 0x07, 0};
-  fd = raw_connect(f->addr);
-  wr(fd, prof, sizeof prof);
+  fd = rp_connect(f->addr);
+  rp_wr(fd, prof, sizeof prof);
   close(fd);
   uint8_t shm[] = {SHM_CREATE, 4, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0};
-  fd = raw_connect(f->addr);
-  wr(fd, shm, sizeof shm);
+  fd = rp_connect(f->addr);
+  rp_wr(fd, shm, sizeof shm);
   close(fd);
   uint8_t chan[] = {CHANNEL, 36, 0, 0, 0, 0, 0, 0, 0, 'a', 'b'};
-  fd = raw_connect(f->addr);
-  wr(fd, chan, sizeof chan);
+  fd = rp_connect(f->addr);
+  rp_wr(fd, chan, sizeof chan);
   close(fd);
   healthy(f);
 }
@@ -452,32 +263,32 @@ static void test_huge_length(void **state) {
   fixture *f = *state;
   uint8_t m[32];
   m[0] = CONNECT;
-  put_u64le(m + 1, (uint64_t)1 << 63);
+  rp_put_u64le(m + 1, (uint64_t)1 << 63);
   expect_rejected(f->addr, m, 9);
-  put_u64le(m + 1, 3);
+  rp_put_u64le(m + 1, 3);
   memcpy(m + 9, "/ab", 3);
-  put_u64le(m + 12, UINT64_MAX); /* as the second string's length */
+  rp_put_u64le(m + 12, UINT64_MAX); /* as the second string's length */
   expect_rejected(f->addr, m, 1 + 8 + 3 + 8);
   m[0] = SUBSCRIBE;
-  put_u64le(m + 1, UINT64_MAX);
+  rp_put_u64le(m + 1, UINT64_MAX);
   expect_rejected(f->addr, m, 9);
   m[0] = SHM_ATTACH;
-  put_u64le(m + 1, (uint64_t)1 << 63);
+  rp_put_u64le(m + 1, (uint64_t)1 << 63);
   expect_rejected(f->addr, m, 9);
 
   /* As a publisher's address, and inside PROFILE_DATA from a registered publisher. */
   char id[37];
-  int fd = raw_connect(f->addr);
-  wr_cmd(fd, PUBLISH, "/huge", NULL);
-  rd_str(fd, id, sizeof id);
-  wr_u64(fd, (uint64_t)1 << 63);
-  assert_true(closed_silently(fd, TMO));
+  int fd = rp_connect(f->addr);
+  rp_wr_cmd(fd, PUBLISH, "/huge", NULL);
+  rp_rd_str(fd, id, sizeof id);
+  rp_wr_u64(fd, (uint64_t)1 << 63);
+  assert_true(rp_closed_silently(fd, TMO));
   close(fd);
-  fd = fake_pub(f->addr, "/huge", id);
+  fd = rp_fake_pub(f->addr, "/huge", id);
   uint8_t pd[9] = {PROFILE_DATA};
-  put_u64le(pd + 1, (uint64_t)1 << 63);
-  wr(fd, pd, sizeof pd);
-  assert_true(closed_silently(fd, TMO));
+  rp_put_u64le(pd + 1, (uint64_t)1 << 63);
+  rp_wr(fd, pd, sizeof pd);
+  assert_true(rp_closed_silently(fd, TMO));
   close(fd);
 
   long kb = server_rss_kb(f->pid);
@@ -499,19 +310,19 @@ static void test_string_limit(void **state) {
   uint8_t *m = malloc(1 + 8 + big + 1);
   assert_non_null(m);
   m[0] = CONNECT;
-  put_u64le(m + 1, big + 1);
+  rp_put_u64le(m + 1, big + 1);
   memcpy(m + 9, s, big + 1);
   expect_rejected(f->addr, m, 1 + 8 + big + 1);
   free(m);
   /* The same as the second argument, and as a subscriber's topic. */
-  int fd = raw_connect(f->addr);
+  int fd = rp_connect(f->addr);
   uint8_t head[1 + 8 + 2 + 8] = {CONNECT};
-  put_u64le(head + 1, 2);
+  rp_put_u64le(head + 1, 2);
   memcpy(head + 9, "/a", 2);
-  put_u64le(head + 11, big + 1);
-  wr(fd, head, sizeof head);
+  rp_put_u64le(head + 11, big + 1);
+  rp_wr(fd, head, sizeof head);
   wr_try(fd, s, big + 1);
-  assert_true(closed_silently(fd, TMO));
+  assert_true(rp_closed_silently(fd, TMO));
   close(fd);
   healthy(f);
 
@@ -555,21 +366,21 @@ static void test_registered_misbehaving(void **state) {
   fixture *f = *state;
   char id[37], ids[128];
   /* An unsolicited COMPLETE and PROFILE_DATA from a subscriber and a publisher: ignored. */
-  int sub = fake_sub(f->addr, "/mis", id, ids, sizeof ids);
-  int pub = fake_pub(f->addr, "/mispub", id);
-  wr_u8(sub, COMPLETE);
-  wr_u8(pub, COMPLETE);
-  wr_u8(pub, PROFILE_DATA);
-  wr_str(pub, "{\"type\":\"publisher\"}");
-  assert_true(quiet_for(sub, 200));
-  assert_true(quiet_for(pub, 0));
+  int sub = rp_fake_sub(f->addr, "/mis", id, ids, sizeof ids);
+  int pub = rp_fake_pub(f->addr, "/mispub", id);
+  rp_wr_u8(sub, COMPLETE);
+  rp_wr_u8(pub, COMPLETE);
+  rp_wr_u8(pub, PROFILE_DATA);
+  rp_wr_str(pub, "{\"type\":\"publisher\"}");
+  assert_true(rp_quiet_for(sub, 200));
+  assert_true(rp_quiet_for(pub, 0));
   healthy(f);
   /* A command a registered client may not send: closed. */
-  wr_cmd(sub, CONNECT, "/x", "/y");
-  assert_true(closed_silently(sub, TMO));
+  rp_wr_cmd(sub, CONNECT, "/x", "/y");
+  assert_true(rp_closed_silently(sub, TMO));
   close(sub);
-  wr_u8(pub, UPDATE);
-  assert_true(closed_silently(pub, TMO));
+  rp_wr_u8(pub, UPDATE);
+  assert_true(rp_closed_silently(pub, TMO));
   close(pub);
   healthy(f);
 }
@@ -580,18 +391,18 @@ static void test_channel_unknown_publisher(void **state) {
   const char *ids[] = {"00000000-0000-0000-0000-000000000000", "nonsense", "",
                        f->sub_id /* a subscriber is not a publisher */};
   for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
-    int fd = raw_connect(f->addr);
-    wr_cmd(fd, CHANNEL, ids[i], NULL);
-    assert_true(closed_silently(fd, TMO));
+    int fd = rp_connect(f->addr);
+    rp_wr_cmd(fd, CHANNEL, ids[i], NULL);
+    assert_true(rp_closed_silently(fd, TMO));
     close(fd);
   }
   /* The real one works. */
-  int fd = raw_connect(f->addr);
-  wr_cmd(fd, CHANNEL, f->pub_id, NULL);
-  expect_u8(fd, COMPLETE);
+  int fd = rp_connect(f->addr);
+  rp_wr_cmd(fd, CHANNEL, f->pub_id, NULL);
+  rp_expect_u8(fd, COMPLETE);
   char cid[64];
-  rd_str(fd, cid, sizeof cid);
-  expect_str(fd, "127.0.0.1:45678");
+  rp_rd_str(fd, cid, sizeof cid);
+  rp_expect_str(fd, "127.0.0.1:45678");
   close(fd);
   healthy(f);
 }
@@ -607,16 +418,16 @@ static void test_shm_unknown_segment(void **state) {
                          "..",
                          "a-name-that-is-much-longer-than-any-segment-name-the-server-makes-1234"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    int fd = raw_connect(f->addr);
-    wr_cmd(fd, SHM_ATTACH, names[i], NULL);
-    assert_true(closed_silently(fd, TMO));
+    int fd = rp_connect(f->addr);
+    rp_wr_cmd(fd, SHM_ATTACH, names[i], NULL);
+    assert_true(rp_closed_silently(fd, TMO));
     close(fd);
   }
   const uint64_t sizes[][2] = {{0, 64}, {4, 0}, {UINT64_MAX, 64}, {4, (uint64_t)1 << 62}};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     uint8_t m[17] = {SHM_CREATE};
-    put_u64le(m + 1, sizes[i][0]);
-    put_u64le(m + 9, sizes[i][1]);
+    rp_put_u64le(m + 1, sizes[i][0]);
+    rp_put_u64le(m + 9, sizes[i][1]);
     expect_rejected(f->addr, m, sizeof m);
   }
   long kb = server_rss_kb(f->pid);
@@ -629,22 +440,22 @@ static void test_stalled_clients(void **state) {
   fixture *f = *state;
   int stalled[4];
   uint8_t half_connect[] = {CONNECT, 10, 0, 0, 0, 0, 0, 0, 0, '/', 's', 't'};
-  stalled[0] = raw_connect(f->addr);
-  wr(stalled[0], half_connect, sizeof half_connect);
-  stalled[1] = raw_connect(f->addr);
-  wr_u8(stalled[1], SUBSCRIBE); /* the command byte alone */
+  stalled[0] = rp_connect(f->addr);
+  rp_wr(stalled[0], half_connect, sizeof half_connect);
+  stalled[1] = rp_connect(f->addr);
+  rp_wr_u8(stalled[1], SUBSCRIBE); /* the command byte alone */
   char id[37];
-  stalled[2] = raw_connect(f->addr); /* a publisher that never sends its address */
-  wr_cmd(stalled[2], PUBLISH, "/ok", NULL);
-  rd_str(stalled[2], id, sizeof id);
-  stalled[3] = raw_open(f->addr); /* never even reads the version */
+  stalled[2] = rp_connect(f->addr); /* a publisher that never sends its address */
+  rp_wr_cmd(stalled[2], PUBLISH, "/ok", NULL);
+  rp_rd_str(stalled[2], id, sizeof id);
+  stalled[3] = rp_open(f->addr); /* never even reads the version */
   for (int i = 0; i < 3; i++)
     healthy(f);
   /* The half CONNECT completes late, and is answered. */
-  wr(stalled[0], "abcdefg", 7);
-  wr_u64(stalled[0], 3);
-  wr(stalled[0], "/su", 3);
-  expect_u8(stalled[0], COMPLETE);
+  rp_wr(stalled[0], "abcdefg", 7);
+  rp_wr_u64(stalled[0], 3);
+  rp_wr(stalled[0], "/su", 3);
+  rp_expect_u8(stalled[0], COMPLETE);
   for (int i = 0; i < 4; i++)
     close(stalled[i]);
   assert_int_equal(ez_graph_disconnect(f->addr, "/stabcdefg", "/su", TMO), 0);
@@ -656,11 +467,11 @@ static void test_many_idle_connections(void **state) {
   fixture *f = *state;
   int fds[100];
   for (int i = 0; i < 100; i++)
-    fds[i] = i % 2 ? raw_connect(f->addr) : raw_open(f->addr);
+    fds[i] = i % 2 ? rp_connect(f->addr) : rp_open(f->addr);
   healthy(f);
   healthy(f);
   for (int i = 0; i < 100; i++)
-    assert_true(quiet_for(fds[i], 0) || i % 2 == 0);
+    assert_true(rp_quiet_for(fds[i], 0) || i % 2 == 0);
   for (int i = 0; i < 100; i++)
     close(fds[i]);
   healthy(f);
@@ -677,26 +488,26 @@ static void test_subscriber_never_reads(void **state) {
                           .sin_port = htons((uint16_t)atoi(strrchr(f->addr, ':') + 1)),
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   assert_int_equal(connect(slow, (struct sockaddr *)&a, sizeof a), 0);
-  expect_str(slow, EZ_VERSION);
+  rp_expect_str(slow, EZ_VERSION);
   char id[37], ids[64];
-  wr_cmd(slow, SUBSCRIBE, "/slow", NULL);
-  rd_str(slow, id, sizeof id);
-  expect_u8(slow, UPDATE);
-  rd_str(slow, ids, sizeof ids);
-  wr_u8(slow, COMPLETE);
-  expect_u8(slow, COMPLETE);
+  rp_wr_cmd(slow, SUBSCRIBE, "/slow", NULL);
+  rp_rd_str(slow, id, sizeof id);
+  rp_expect_u8(slow, UPDATE);
+  rp_rd_str(slow, ids, sizeof ids);
+  rp_wr_u8(slow, COMPLETE);
+  rp_expect_u8(slow, COMPLETE);
   /* From here on it reads nothing and answers nothing. */
 
   enum { NPUB = 200, NEDGE = 4000 };
   int pubs[NPUB];
   for (int i = 0; i < NPUB; i++)
-    pubs[i] = fake_pub_begin(f->addr, "/slow", "127.0.0.1:45678", id);
+    pubs[i] = rp_fake_pub_begin(f->addr, "/slow", "127.0.0.1:45678", id);
   healthy(f);
   char from[32];
   for (int i = 0; i < NEDGE; i++) { /* fire-and-forget edits upstream of /slow */
     snprintf(from, sizeof from, "/u%d", i);
-    int fd = raw_connect(f->addr);
-    wr_cmd(fd, CONNECT, from, "/slow");
+    int fd = rp_connect(f->addr);
+    rp_wr_cmd(fd, CONNECT, from, "/slow");
     close(fd);
     if (i % 1000 == 999) healthy(f);
   }
@@ -708,7 +519,7 @@ static void test_subscriber_never_reads(void **state) {
    * gone every publisher's registration completes. */
   close(slow);
   for (int i = 0; i < NPUB; i++)
-    expect_u8(pubs[i], COMPLETE);
+    rp_expect_u8(pubs[i], COMPLETE);
   for (int i = 0; i < NPUB; i++)
     close(pubs[i]);
   healthy(f);
@@ -716,7 +527,7 @@ static void test_subscriber_never_reads(void **state) {
 
 static void send_slowly(int fd, const uint8_t *p, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    wr(fd, p + i, 1);
+    rp_wr(fd, p + i, 1);
     sleep_ms(2);
   }
 }
@@ -726,13 +537,13 @@ static void test_byte_by_byte(void **state) {
   fixture *f = *state;
   uint8_t m[64];
   m[0] = CONNECT;
-  put_u64le(m + 1, 4);
+  rp_put_u64le(m + 1, 4);
   memcpy(m + 9, "/one", 4);
-  put_u64le(m + 13, 4);
+  rp_put_u64le(m + 13, 4);
   memcpy(m + 21, "/two", 4);
-  int fd = raw_connect(f->addr);
+  int fd = rp_connect(f->addr);
   send_slowly(fd, m, 25);
-  expect_u8(fd, COMPLETE);
+  rp_expect_u8(fd, COMPLETE);
   close(fd);
   ez_graph g;
   assert_int_equal(ez_graph_dag(f->addr, &g, TMO), 0);
@@ -740,32 +551,32 @@ static void test_byte_by_byte(void **state) {
   ez_graph_free(&g);
 
   /* A subscriber on /two registered byte by byte, then a publisher on /one the same way. */
-  fd = raw_connect(f->addr);
+  fd = rp_connect(f->addr);
   m[0] = SUBSCRIBE;
-  put_u64le(m + 1, 4);
+  rp_put_u64le(m + 1, 4);
   memcpy(m + 9, "/two", 4);
   send_slowly(fd, m, 13);
   char sid[37], pid[37], ids[128];
-  rd_str(fd, sid, sizeof sid);
-  expect_u8(fd, UPDATE);
-  rd_str(fd, ids, sizeof ids);
+  rp_rd_str(fd, sid, sizeof sid);
+  rp_expect_u8(fd, UPDATE);
+  rp_rd_str(fd, ids, sizeof ids);
   assert_string_equal(ids, "");
   send_slowly(fd, (const uint8_t[]){COMPLETE}, 1);
-  expect_u8(fd, COMPLETE);
-  int pub = raw_connect(f->addr);
+  rp_expect_u8(fd, COMPLETE);
+  int pub = rp_connect(f->addr);
   m[0] = PUBLISH;
   memcpy(m + 9, "/one", 4);
   send_slowly(pub, m, 13);
-  rd_str(pub, pid, sizeof pid);
+  rp_rd_str(pub, pid, sizeof pid);
   const char *addr = "127.0.0.1:40404";
-  put_u64le(m, strlen(addr));
+  rp_put_u64le(m, strlen(addr));
   memcpy(m + 8, addr, strlen(addr));
   send_slowly(pub, m, 8 + strlen(addr));
-  sub_update(fd, ids, sizeof ids);
+  rp_sub_update(fd, ids, sizeof ids);
   assert_string_equal(ids, pid);
-  expect_u8(pub, COMPLETE);
+  rp_expect_u8(pub, COMPLETE);
   close(pub);
-  sub_update(fd, ids, sizeof ids);
+  rp_sub_update(fd, ids, sizeof ids);
   assert_string_equal(ids, "");
   close(fd);
   assert_int_equal(ez_graph_disconnect(f->addr, "/one", "/two", TMO), 0);
@@ -781,16 +592,16 @@ static void test_bad_topic_bytes(void **state) {
   fixture *f = *state;
   const char *bad[][2] = {{"\xff\xfe", "/b"}, {"/a", "\xc3("}, {"/ok\xed\xa0", "/b"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    int fd = raw_connect(f->addr);
-    wr_cmd(fd, CONNECT, bad[i][0], bad[i][1]);
-    assert_true(closed_silently(fd, TMO));
+    int fd = rp_connect(f->addr);
+    rp_wr_cmd(fd, CONNECT, bad[i][0], bad[i][1]);
+    assert_true(rp_closed_silently(fd, TMO));
     close(fd);
   }
   /* "/a\0zz" -> "/b": a NUL inside a string. */
   uint8_t m[1 + 8 + 5 + 8 + 2] = {CONNECT};
-  put_u64le(m + 1, 5);
+  rp_put_u64le(m + 1, 5);
   memcpy(m + 9, "/a\0zz", 5);
-  put_u64le(m + 14, 2);
+  rp_put_u64le(m + 14, 2);
   memcpy(m + 22, "/b", 2);
   expect_rejected(f->addr, m, sizeof m);
   ez_graph g;
@@ -807,30 +618,30 @@ static void test_bad_topic_bytes(void **state) {
 static int pending_everything(fixture *f, int fds[8], char name[64]) {
   char id[37], ids[64];
   int n = 0;
-  int sub = fds[n++] = fake_sub(f->addr, "/pend", id, ids, sizeof ids);
-  int pub = fds[n++] = fake_pub_begin(f->addr, "/pend", "127.0.0.1:45678", id);
-  expect_u8(sub, UPDATE); /* and never answered */
-  rd_str(sub, ids, sizeof ids);
-  int c = fds[n++] = raw_connect(f->addr);
-  wr_cmd(c, CONNECT, "/up", "/pend");
-  expect_u8(sub, UPDATE);
-  rd_str(sub, ids, sizeof ids);
-  int sy = fds[n++] = raw_connect(f->addr);
-  wr_u8(sy, SYNC);
-  expect_u8(pub, SYNC);
-  int pr = fds[n++] = raw_connect(f->addr);
-  wr_u8(pr, PROFILE);
-  wr_u64(pr, 1000);
-  expect_u8(pub, PROFILE);
-  rd_u64(pub);
-  int sh = fds[n++] = raw_connect(f->addr);
-  wr_u8(sh, SHM_CREATE);
-  wr_u64(sh, 2);
-  wr_u64(sh, 64);
-  expect_u8(sh, COMPLETE);
-  rd_str(sh, name, 64);
-  int half = fds[n++] = raw_connect(f->addr);
-  wr(half, (const uint8_t[]){CONNECT, 9, 0}, 3);
+  int sub = fds[n++] = rp_fake_sub(f->addr, "/pend", id, ids, sizeof ids);
+  int pub = fds[n++] = rp_fake_pub_begin(f->addr, "/pend", "127.0.0.1:45678", id);
+  rp_expect_u8(sub, UPDATE); /* and never answered */
+  rp_rd_str(sub, ids, sizeof ids);
+  int c = fds[n++] = rp_connect(f->addr);
+  rp_wr_cmd(c, CONNECT, "/up", "/pend");
+  rp_expect_u8(sub, UPDATE);
+  rp_rd_str(sub, ids, sizeof ids);
+  int sy = fds[n++] = rp_connect(f->addr);
+  rp_wr_u8(sy, SYNC);
+  rp_expect_u8(pub, SYNC);
+  int pr = fds[n++] = rp_connect(f->addr);
+  rp_wr_u8(pr, PROFILE);
+  rp_wr_u64(pr, 1000);
+  rp_expect_u8(pub, PROFILE);
+  rp_rd_u64(pub);
+  int sh = fds[n++] = rp_connect(f->addr);
+  rp_wr_u8(sh, SHM_CREATE);
+  rp_wr_u64(sh, 2);
+  rp_wr_u64(sh, 64);
+  rp_expect_u8(sh, COMPLETE);
+  rp_rd_str(sh, name, 64);
+  int half = fds[n++] = rp_connect(f->addr);
+  rp_wr(half, (const uint8_t[]){CONNECT, 9, 0}, 3);
   return n;
 }
 
@@ -849,7 +660,7 @@ static void test_stop_with_pending_requests(void **state) {
   for (int i = 0; i < n; i++) {
     uint8_t b[256];
     int rc; /* whatever was still due may come first; then the end */
-    while ((rc = rd_exact(fds[i], b, 1, TMO)) == 0) {
+    while ((rc = rp_rd_exact(fds[i], b, 1, TMO)) == 0) {
     }
     assert_int_equal(rc, -2);
     close(fds[i]);
@@ -875,16 +686,16 @@ static void test_trailing_bytes(void **state) {
   fixture *f = *state;
   uint8_t m[64];
   m[0] = CONNECT;
-  put_u64le(m + 1, 3);
+  rp_put_u64le(m + 1, 3);
   memcpy(m + 9, "/t1", 3);
-  put_u64le(m + 12, 3);
+  rp_put_u64le(m + 12, 3);
   memcpy(m + 20, "/t2", 3);
   m[23] = SHUTDOWN; /* must not be obeyed */
   m[24] = DAG;
-  int fd = raw_connect(f->addr);
-  wr(fd, m, 25);
-  expect_u8(fd, COMPLETE);
-  assert_true(closed_silently(fd, TMO));
+  int fd = rp_connect(f->addr);
+  rp_wr(fd, m, 25);
+  rp_expect_u8(fd, COMPLETE);
+  assert_true(rp_closed_silently(fd, TMO));
   close(fd);
   assert_int_equal(ez_graph_disconnect(f->addr, "/t1", "/t2", TMO), 0);
   healthy(f);

@@ -14,6 +14,7 @@
  * Tolerances are generous on purpose: this runs on a loaded 2-core machine next to other test
  * suites, and under ASan/UBSan. Each one is explained where it is asserted. */
 #include "harness.h"
+#include "rawproto.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -21,7 +22,6 @@
 #include <jansson.h>
 #include <math.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -343,108 +343,15 @@ static void check_latency_order(const ez_latency *l) {
 
 /* ---- raw protocol (fake clients) ------------------------------------------------------------- */
 
-static int raw_open(const char *addr) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  assert_true(fd >= 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)atoi(strrchr(addr, ':') + 1)),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
-
-/* Reads exactly n bytes within timeout_ms. 0 ok, -1 timeout, -2 EOF / reset, -3 error. */
-static int rd_exact(int fd, void *buf, size_t n, int timeout_ms) {
-  uint8_t *p = buf;
-  int64_t deadline = now_ms() + timeout_ms;
-  while (n) {
-    int left = (int)(deadline - now_ms());
-    struct pollfd pf = {.fd = fd, .events = POLLIN};
-    int r = left > 0 ? poll(&pf, 1, left) : 0;
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return -3;
-    if (r == 0) return -1;
-    ssize_t k = recv(fd, p, n, 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k == 0 || (k < 0 && errno == ECONNRESET)) return -2;
-    if (k < 0) return -3;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
-
-static void wr(int fd, const void *p, size_t n) {
-  const uint8_t *b = p;
-  while (n) {
-    ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    assert_true(k > 0);
-    b += k;
-    n -= (size_t)k;
-  }
-}
-
-static void wr_u8(int fd, uint8_t v) { wr(fd, &v, 1); }
-
-static void wr_str(int fd, const char *s) {
-  uint8_t b[8];
-  uint64_t n = strlen(s);
-  for (int i = 0; i < 8; i++)
-    b[i] = (uint8_t)(n >> (8 * i));
-  wr(fd, b, 8);
-  wr(fd, s, strlen(s));
-}
-
-static uint8_t rd_u8(int fd) {
-  uint8_t v = 0xff;
-  assert_int_equal(rd_exact(fd, &v, 1, TMO), 0);
-  return v;
-}
-
-static size_t rd_str(int fd, char *out, size_t cap) {
-  uint8_t b[8];
-  assert_int_equal(rd_exact(fd, b, 8, TMO), 0);
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; i--)
-    n = (n << 8) | b[i];
-  assert_true(n < cap);
-  assert_int_equal(rd_exact(fd, out, (size_t)n, TMO), 0);
-  out[n] = 0;
-  return (size_t)n;
-}
-
-/* Connects and reads the server's version string. */
-static int raw_connect(const char *addr) {
-  int fd = raw_open(addr);
-  char v[64];
-  rd_str(fd, v, sizeof v);
-  assert_string_equal(v, EZ_VERSION);
-  return fd;
-}
-
-/* A fake publisher on a topic nobody subscribes to: PUBLISH, pub_id, address, COMPLETE. */
-static int fake_pub(const char *addr, const char *topic, char id[37]) {
-  int fd = raw_connect(addr);
-  wr_u8(fd, PUBLISH);
-  wr_str(fd, topic);
-  rd_str(fd, id, 37);
-  wr_str(fd, "127.0.0.1:9"); /* never dialled: nobody subscribes */
-  assert_int_equal(rd_u8(fd), COMPLETE);
-  return fd;
-}
-
 /* A fake channel of a real publisher: CHANNEL pub_id -> COMPLETE, channel_id, address. */
 static int fake_channel(const char *addr, const char *pub_id, char id[64]) {
-  int fd = raw_connect(addr);
-  wr_u8(fd, CHANNEL);
-  wr_str(fd, pub_id);
-  assert_int_equal(rd_u8(fd), COMPLETE);
-  rd_str(fd, id, 64);
+  int fd = rp_connect(addr);
+  rp_wr_u8(fd, CHANNEL);
+  rp_wr_str(fd, pub_id);
+  assert_int_equal(rp_rd_u8(fd), COMPLETE);
+  rp_rd_str(fd, id, 64);
   char paddr[300];
-  rd_str(fd, paddr, sizeof paddr);
+  rp_rd_str(fd, paddr, sizeof paddr);
   return fd;
 }
 
@@ -669,7 +576,7 @@ typedef struct leaver {
 static void *leaver_thread(void *arg) {
   leaver *l = arg;
   uint8_t req[9];
-  if (rd_exact(l->fd, req, 9, 10000) == 0 && req[0] == PROFILE) {
+  if (rp_rd_exact(l->fd, req, 9, 10000) == 0 && req[0] == PROFILE) {
     atomic_store(&l->got_request, 1);
     uint8_t partial[5] = {PROFILE_DATA, 200, 0, 0, 0};
     send(l->fd, partial, sizeof partial, MSG_NOSIGNAL);
@@ -694,8 +601,8 @@ static void test_silent_and_leaving_clients(void **state) {
   child_ready(&pub, pub_id, sizeof pub_id);
 
   char silent_id[37], leaver_id[37], fchan_id[64];
-  int silent = fake_pub(f->addr, "/fake/silent", silent_id);
-  leaver lv = {.fd = fake_pub(f->addr, "/fake/leaver", leaver_id)};
+  int silent = rp_fake_pub(f->addr, "/fake/silent", silent_id);
+  leaver lv = {.fd = rp_fake_pub(f->addr, "/fake/leaver", leaver_id)};
   int fchan = fake_channel(f->addr, pub_id, fchan_id);
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, leaver_thread, &lv), 0);
