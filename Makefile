@@ -55,7 +55,7 @@ clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-tsan build-fuzz build-notel
 
 format:
-	clang-format -i include/ezmsg/*.h src/*.[ch] tools/ezmsg/*.[ch] tests/*.[ch] examples/*.c bench/*.c
+	clang-format -i include/ezmsg/*.h src/*.[ch] tools/ezmsg/*.[ch] tests/*.[ch] examples/*.c bench/*.c bench/profile/*.c fuzz/*.[ch]
 
 # Benchmarks: ezmsg-c vs ZeroMQ vs the machine; writes bench/RESULTS.md (bench/run.sh also builds
 # $(BUILD)-notel, the same tree with telemetry compiled out).

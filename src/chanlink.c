@@ -53,9 +53,12 @@ static long data_frame(chan *c, uint64_t now) {
   const char *name = NULL;
   size_t nn = 0;
   if (ezi_rd_u8(&r, &cmd) && ezi_rd_u64(&r, &msg_id)) {
-    if (cmd == EZI_TX_SHM) ezi_rd_str(&r, &name, &nn);
-    else if (cmd == EZI_TX_TCP && ezi_rd_u64(&r, &size) && size <= MAX_TCP_MSG) ezi_rd_skip(&r, (size_t)size);
-    else if (cmd != EZI_TX_TCP) return EZ_EPROTO;
+    if (cmd == EZI_TX_SHM)
+      ezi_rd_str(&r, &name, &nn);
+    else if (cmd == EZI_TX_TCP && ezi_rd_u64(&r, &size) && size <= MAX_TCP_MSG)
+      ezi_rd_skip(&r, (size_t)size);
+    else if (cmd != EZI_TX_TCP)
+      return EZ_EPROTO;
   }
   if (cmd == EZI_TX_TCP && size > MAX_TCP_MSG) return EZ_EMSGSIZE;
   int st = ezi_rd_status(&r);
@@ -203,9 +206,7 @@ int ezi_chan_link_start(chan *c, const char *addr) {
   ezi_buf_put_cstr(&b, c->id);
   if (b.data) ezi_outbox_put(c->ctx, &c->acks, b.data, b.len);
   ezi_buf_free(&b);
-  c->hs_timer = ezi_loop_timer(c->ctx->loop, ezi_now_ns() + (uint64_t)EZ_DEFAULT_TIMEOUT_MS * 1000000u,
-                               hs_timeout, c);
+  c->hs_timer = ezi_loop_timer(
+      c->ctx->loop, ezi_now_ns() + (uint64_t)EZ_DEFAULT_TIMEOUT_MS * 1000000u, hs_timeout, c);
   return 0;
 }
-
-

@@ -35,7 +35,7 @@ void ezi_chan_ack(chan *c, uint64_t msg_id, uint64_t now) {
     pthread_mutex_unlock(&c->mu);
     return;
   }
-  if (!c->remote) return; /* a local channel whose publisher is gone */
+  if (!c->remote) return;      /* a local channel whose publisher is gone */
   uint8_t b[9] = {EZI_RX_ACK}; /* a closed link's outbox drops it */
   ezi_put_u64le(b + 1, msg_id);
   ezi_outbox_put(c->ctx, &c->acks, b, 9);
@@ -45,13 +45,14 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
                      ezi_seg *seg, uint64_t now) {
   slot *s = &c->slots[msg_id % c->nbuf];
   if (s->live) { /* the publisher broke backpressure: refuse, keep what subscribers hold */
-    EZI_WARN("channel %s: publisher reused the slot of message %llu before it was released",
-             c->id, (unsigned long long)s->msg_id);
+    EZI_WARN("channel %s: publisher reused the slot of message %llu before it was released", c->id,
+             (unsigned long long)s->msg_id);
     free(owned);
     return -1;
   }
   size_t holders = 0;
-  for (size_t i = 0; i < c->n_subs; i++) holders += !c->subs[i]->gone;
+  for (size_t i = 0; i < c->n_subs; i++)
+    holders += !c->subs[i]->gone;
   if (!holders) {
     free(owned);
     return 0;
@@ -121,8 +122,10 @@ static void chan_unref(chan *c) {
   int left = --c->refs;
   pthread_mutex_unlock(&c->mu);
   if (left > 0) return;
-  if (ezi_loop_on_thread(c->ctx->loop)) chan_destroy(c);
-  else ezi_loop_post(c->ctx->loop, destroy_task, c);
+  if (ezi_loop_on_thread(c->ctx->loop))
+    chan_destroy(c);
+  else
+    ezi_loop_post(c->ctx->loop, destroy_task, c);
 }
 
 void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
@@ -161,8 +164,9 @@ json_t *ezi_chan_profile(chan *c, double window_s) {
   pthread_mutex_lock(&c->mu);
   for (size_t i = 0; i < c->n_subs; i++) {
     chan_sub *cs = c->subs[i];
-    json_array_append_new(subs, ezi_sub_tel_json(&cs->proc, ez_sub_id(cs->sub), ezi_sub_handle(cs->sub),
-                                                 cs->in_flight, now, window_s));
+    json_array_append_new(subs,
+                          ezi_sub_tel_json(&cs->proc, ez_sub_id(cs->sub), ezi_sub_handle(cs->sub),
+                                           cs->in_flight, now, window_s));
     in_flight += cs->in_flight;
   }
   const char *mode = c->mode;
@@ -209,7 +213,8 @@ static void on_graph(ezi_watch *w, uint32_t ev) {
       ezi_buf_free(&b);
     }
     if (ezi_buf_pending(&c->gin) && ezi_buf_head(&c->gin)[0] != EZI_PROFILE) {
-      EZI_WARN("channel %s: unknown command %u from the graph server", c->id, ezi_buf_head(&c->gin)[0]);
+      EZI_WARN("channel %s: unknown command %u from the graph server", c->id,
+               ezi_buf_head(&c->gin)[0]);
       ezi_buf_consume(&c->gin, 1);
     }
   }
@@ -317,7 +322,8 @@ int ezi_chan_link_done(chan *c, int rc) {
   pthread_mutex_unlock(&c->mu);
   if (rc) ezi_chan_link_close(c);
   /* Tell each waiting subscriber; on failure they leave, and the last one takes the channel. */
-  for (size_t i = 0; waiting && i < n; i++) ezi_sub_join_done(waiting[i]->sub, waiting[i], rc);
+  for (size_t i = 0; waiting && i < n; i++)
+    ezi_sub_join_done(waiting[i]->sub, waiting[i], rc);
   free(waiting);
   return rc;
 }
@@ -325,7 +331,8 @@ int ezi_chan_link_done(chan *c, int rc) {
 void ezi_chan_pub_gone(chan *c) {
   pthread_mutex_lock(&c->mu);
   c->local_pub = NULL;
-  while (c->pub_users) pthread_cond_wait(&c->cv, &c->mu); /* acks in progress finish first */
+  while (c->pub_users)
+    pthread_cond_wait(&c->cv, &c->mu); /* acks in progress finish first */
   pthread_mutex_unlock(&c->mu);
 }
 
@@ -348,7 +355,8 @@ static void chan_destroy(chan *c) {
   }
   ezi_chan_link_close(c);
   graph_link_close(c);
-  for (uint32_t i = 0; c->slots && i < c->nbuf; i++) slot_clear(&c->slots[i]);
+  for (uint32_t i = 0; c->slots && i < c->nbuf; i++)
+    slot_clear(&c->slots[i]);
   ezi_seg_unref(c->seg);
   free(c->slots);
   free(c->subs);
@@ -357,8 +365,7 @@ static void chan_destroy(chan *c) {
   free(c);
 }
 
-int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **out,
-                  bool *pending) {
+int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **out, bool *pending) {
   pthread_mutex_lock(&ctx->mu);
   chan *c = ezi_ctx_find_chan(ctx, pub_id);
   pthread_mutex_unlock(&ctx->mu);
@@ -371,9 +378,8 @@ int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **o
   }
   chan_sub *cs = calloc(1, sizeof *cs);
   if (cs && c->state == CH_READY) cs->t0 = calloc(c->nbuf, sizeof *cs->t0);
-  chan_sub **v = cs && (cs->t0 || c->state != CH_READY)
-                     ? realloc(c->subs, (c->n_subs + 1) * sizeof *v)
-                     : NULL;
+  chan_sub **v =
+      cs && (cs->t0 || c->state != CH_READY) ? realloc(c->subs, (c->n_subs + 1) * sizeof *v) : NULL;
   if (!v) {
     if (cs) free(cs->t0);
     free(cs);

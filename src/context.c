@@ -38,9 +38,11 @@ void ezi_ctx_call(ez_context *ctx, void (*fn)(void *), void *arg) {
   call c = {.fn = fn, .arg = arg};
   pthread_mutex_init(&c.mu, NULL);
   pthread_cond_init(&c.cv, NULL);
-  while (ezi_loop_post(ctx->loop, run_call, &c)) usleep(1000); /* ENOMEM: retry */
+  while (ezi_loop_post(ctx->loop, run_call, &c))
+    usleep(1000); /* ENOMEM: retry */
   pthread_mutex_lock(&c.mu);
-  while (!c.done) pthread_cond_wait(&c.cv, &c.mu);
+  while (!c.done)
+    pthread_cond_wait(&c.cv, &c.mu);
   pthread_mutex_unlock(&c.mu);
   pthread_mutex_destroy(&c.mu);
   pthread_cond_destroy(&c.cv);

@@ -27,11 +27,11 @@ typedef struct pub_chan pub_chan;
 
 /* ---- segments: a mapped ezmsg shared-memory layout (or private memory in the same layout) --- */
 typedef struct ezi_seg {
-  int refs;             /* atomic */
-  ezi_shm shm;          /* mapping; shm.name empty for private memory */
-  uint8_t *priv;        /* private memory (when the publisher could not map the server's) */
-  int lease_fd;         /* graph-server lease, -1 if none */
-  bool creator;         /* we asked the server for it: if the server dies, we unlink it */
+  int refs;      /* atomic */
+  ezi_shm shm;   /* mapping; shm.name empty for private memory */
+  uint8_t *priv; /* private memory (when the publisher could not map the server's) */
+  int lease_fd;  /* graph-server lease, -1 if none */
+  bool creator;  /* we asked the server for it: if the server dies, we unlink it */
 } ezi_seg;
 
 /* Leases `name` at the graph server and maps it. */
@@ -39,9 +39,12 @@ int ezi_seg_attach(const char *address, const char *name, ezi_seg **out, int tim
 /* Asks the graph server for a new segment and maps it. */
 int ezi_seg_create(const char *address, uint64_t num_buffers, uint64_t buf_size, ezi_seg **out,
                    int timeout_ms);
-/* Private memory in the segment layout, named `name` (when the server's segment can't be mapped). */
+/* Private memory in the segment layout, named `name` (when the server's segment can't be mapped).
+ */
 int ezi_seg_private(const char *name, uint64_t num_buffers, uint64_t buf_size, ezi_seg **out);
-static inline uint8_t *ezi_seg_data(const ezi_seg *s, uint64_t i) { return ezi_shm_data(&s->shm, i); }
+static inline uint8_t *ezi_seg_data(const ezi_seg *s, uint64_t i) {
+  return ezi_shm_data(&s->shm, i);
+}
 static inline uint64_t ezi_seg_room(const ezi_seg *s) { return s->shm.stride - 16; }
 void ezi_seg_ref(ezi_seg *s);
 void ezi_seg_unref(ezi_seg *s);
@@ -51,11 +54,11 @@ void ezi_seg_unref(ezi_seg *s);
  * so under load many frames go out in one system call, and an idle link adds no delay. */
 typedef struct ezi_outbox {
   pthread_mutex_t mu;
-  ezi_buf pending;  /* appended, not yet taken by the I/O thread */
-  ezi_buf io;       /* being written by the I/O thread */
-  bool queued;      /* on the context's dirty list */
-  bool dead;        /* socket gone: appends are dropped */
-  ezi_watch *w;     /* the socket's watch (EPOLLOUT is armed through it) */
+  ezi_buf pending; /* appended, not yet taken by the I/O thread */
+  ezi_buf io;      /* being written by the I/O thread */
+  bool queued;     /* on the context's dirty list */
+  bool dead;       /* socket gone: appends are dropped */
+  ezi_watch *w;    /* the socket's watch (EPOLLOUT is armed through it) */
   struct ezi_outbox *next_dirty;
   uint32_t base_events;
 } ezi_outbox;
@@ -66,7 +69,7 @@ struct ez_context {
   ez_server *server;
   ezi_loop *loop;
   pthread_t thread;
-  pthread_mutex_t mu;    /* registries below */
+  pthread_mutex_t mu; /* registries below */
   ez_pub **pubs;
   size_t n_pubs;
   ez_sub **subs;
@@ -75,7 +78,7 @@ struct ez_context {
   size_t n_chans;
   pthread_mutex_t dirty_mu;
   ezi_outbox *dirty;
-  char host[64];         /* this process's address as seen for profiles */
+  char host[64]; /* this process's address as seen for profiles */
   int pid;
 };
 
@@ -113,8 +116,7 @@ json_t *ezi_pub_profile(ez_pub *pub, double window_s);
 /* Finds or creates the channel for pub_id and adds sub to it. If the channel is still shaking
  * hands with a remote publisher, *pending is set and ezi_sub_join_done reports the outcome later.
  * I/O thread. */
-int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **out,
-                  bool *pending);
+int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **out, bool *pending);
 /* Removes a subscriber from its channel, releasing what it has queued and, with release_viewed,
  * the messages its user is viewing (else those are released by the user); the channel goes away
  * with its last subscriber. I/O thread. */

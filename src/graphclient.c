@@ -183,8 +183,12 @@ static int fire(const char *address, uint8_t cmd, int timeout_ms) {
   return rc == EZ_ECONNLOST ? 0 : rc ? rc : EZ_EPROTO;
 }
 
-int ez_graph_pause(const char *address, int timeout_ms) { return fire(address, EZI_PAUSE, timeout_ms); }
-int ez_graph_resume(const char *address, int timeout_ms) { return fire(address, EZI_RESUME, timeout_ms); }
+int ez_graph_pause(const char *address, int timeout_ms) {
+  return fire(address, EZI_PAUSE, timeout_ms);
+}
+int ez_graph_resume(const char *address, int timeout_ms) {
+  return fire(address, EZI_RESUME, timeout_ms);
+}
 int ez_graph_shutdown(const char *address, int timeout_ms) {
   return fire(address, EZI_SHUTDOWN, timeout_ms);
 }

@@ -83,16 +83,16 @@ struct conn {
   server *srv;
   cstate st;
   ezi_buf in, out;
-  size_t need;      /* don't re-parse until this many bytes are buffered */
+  size_t need; /* don't re-parse until this many bytes are buffered */
   bool shut_wr;
-  char id[37];      /* publisher / subscriber / channel id */
-  char *topic;      /* publisher / subscriber topic */
-  char peer[64];    /* publisher: host its graph connection came from */
-  uint16_t port;    /* publisher: its channel server port */
-  char pub_id[37];  /* channel: its publisher */
-  segment *lease;   /* C_LEASE */
+  char id[37];     /* publisher / subscriber / channel id */
+  char *topic;     /* publisher / subscriber topic */
+  char peer[64];   /* publisher: host its graph connection came from */
+  uint16_t port;   /* publisher: its channel server port */
+  char pub_id[37]; /* channel: its publisher */
+  segment *lease;  /* C_LEASE */
   wqueue complete_q, profile_q;
-  op *req_op;       /* the op this connection waits on as a requester */
+  op *req_op; /* the op this connection waits on as a requester */
   uint64_t linger_timer;
   bool dead; /* closed; freed once the current callback is over */
   conn *prev, *next;
@@ -126,7 +126,8 @@ static int wq_push(wqueue *q, op *o, size_t slot) {
     size_t cap = q->cap ? q->cap * 2 : 4;
     waiter *w = malloc(cap * sizeof *w);
     if (!w) return EZ_ENOMEM;
-    for (size_t i = 0; i < q->n; i++) w[i] = q->w[(q->head + i) % q->cap];
+    for (size_t i = 0; i < q->n; i++)
+      w[i] = q->w[(q->head + i) % q->cap];
     free(q->w);
     q->w = w;
     q->cap = cap;
@@ -149,7 +150,8 @@ static bool wq_pop(wqueue *q, waiter *out) {
 
 static void op_unref(op *o) {
   if (--o->refs > 0) return;
-  for (size_t i = 0; i < o->n_results; i++) json_decref(o->results[i]);
+  for (size_t i = 0; i < o->n_results; i++)
+    json_decref(o->results[i]);
   free(o->results);
   free(o->is_channel);
   free(o);
@@ -216,7 +218,8 @@ static void op_finish(op *o) {
 static void op_timeout(void *arg) {
   op *o = arg;
   o->timer = 0;
-  if (o->kind != OP_PROFILE) EZI_WARN("graph server: gave up waiting for %zu client answer(s)", o->remaining);
+  if (o->kind != OP_PROFILE)
+    EZI_WARN("graph server: gave up waiting for %zu client answer(s)", o->remaining);
   op_finish(o);
 }
 
@@ -237,7 +240,8 @@ static void op_launch(op *o, uint64_t timeout_ns) {
 
 /* ---- topology ------------------------------------------------------------------------------ */
 
-/* Sends UPDATE to subscriber `sub` listing every publisher upstream of its topic; o waits for it. */
+/* Sends UPDATE to subscriber `sub` listing every publisher upstream of its topic; o waits for it.
+ */
 static void notify_subscriber(server *s, conn *sub, op *o) {
   ezi_buf ids = {0}, b = {0};
   for (conn *p = s->conns; p; p = p->next) {
@@ -311,7 +315,8 @@ static void conn_send(conn *c, const ezi_buf *b) {
   if (c->dead || (c->st == C_CLOSING && c->shut_wr)) return;
   if (ezi_buf_pending(&c->out) + ezi_buf_pending(b) > OUT_LIMIT ||
       ezi_buf_put(&c->out, ezi_buf_head(b), ezi_buf_pending(b))) {
-    EZI_WARN("graph server: client %s does not read its answers; dropping it", c->id[0] ? c->id : "?");
+    EZI_WARN("graph server: client %s does not read its answers; dropping it",
+             c->id[0] ? c->id : "?");
     shutdown(c->w.fd, SHUT_RDWR); /* EPOLLHUP closes it from the loop */
     return;
   }
@@ -376,8 +381,10 @@ static void conn_close(conn *c) {
   close(c->w.fd);
   if (c->linger_timer) ezi_loop_cancel(s->loop, c->linger_timer);
   if (c->req_op) c->req_op->req = NULL;
-  if (c->prev) c->prev->next = c->next;
-  else s->conns = c->next;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   s->n_conns--;
   drain_waiters(c);
@@ -411,7 +418,8 @@ static void handle_profile(server *s, conn *c, uint64_t window_ms) {
   if (!o) return conn_close(c);
   o->window_ms = window_ms;
   size_t n = 0;
-  for (conn *k = s->conns; k; k = k->next) n += k->st == C_PUB || k->st == C_CHAN;
+  for (conn *k = s->conns; k; k = k->next)
+    n += k->st == C_PUB || k->st == C_CHAN;
   o->results = calloc(n ? n : 1, sizeof *o->results);
   o->is_channel = calloc(n ? n : 1, sizeof *o->is_channel);
   if (!o->results || !o->is_channel) {
@@ -448,7 +456,8 @@ static void on_profile_data(server *s, conn *c, const char *json, size_t n) {
     json_t *doc = json_loadb(json, n, 0, &err);
     const char *want = o->is_channel[w.slot] ? "channel" : "publisher";
     json_t *type = doc ? json_object_get(doc, "type") : NULL;
-    if (doc && json_is_object(doc) && json_is_string(type) && !strcmp(json_string_value(type), want)) {
+    if (doc && json_is_object(doc) && json_is_string(type) &&
+        !strcmp(json_string_value(type), want)) {
       if (o->is_channel[w.slot] && !json_object_get(doc, "topic")) {
         json_t *pid = json_object_get(doc, "pub_id");
         const char *ps = json_is_string(pid) ? json_string_value(pid) : "";
@@ -563,10 +572,11 @@ static void handle_shm(server *s, conn *c, uint8_t cmd, uint64_t nbuf, uint64_t 
 static void handle_edge(server *s, conn *c, uint8_t cmd, const char *from, size_t nf,
                         const char *to, size_t nt) {
   /* Topics go into the DAG pickle, which Python must be able to load: UTF-8 only. */
-  if (!ezi_utf8_valid(from, nf) || !ezi_utf8_valid(to, nt) || memchr(from, 0, nf) || memchr(to, 0, nt))
+  if (!ezi_utf8_valid(from, nf) || !ezi_utf8_valid(to, nt) || memchr(from, 0, nf) ||
+      memchr(to, 0, nt))
     return protocol_error(c, "topic is not valid UTF-8");
   char *f = ezi_strndup(from, nf), *t = ezi_strndup(to, nt);
-  int rc = !f || !t ? EZ_ENOMEM
+  int rc = !f || !t             ? EZ_ENOMEM
            : cmd == EZI_CONNECT ? ezi_dag_add_edge(s->dag, f, t)
                                 : ezi_dag_remove_edge(s->dag, f, t);
   if (rc == EZ_ECYCLIC) {
@@ -625,7 +635,7 @@ static long parse_one(server *s, conn *c) {
     return (long)ezi_buf_pending(&c->in); /* nothing more is expected: discard */
   ezi_gs_phase phase = c->st == C_PUB_ADDR                                   ? EZI_GS_PUB_ADDR
                        : c->st == C_PUB || c->st == C_SUB || c->st == C_CHAN ? EZI_GS_CLIENT
-                                                                              : EZI_GS_COMMAND;
+                                                                             : EZI_GS_COMMAND;
   ezi_gs_req q;
   int st = ezi_gs_parse(phase, ezi_buf_head(&c->in), ezi_buf_pending(&c->in), &q);
   if (st < 0) {
@@ -740,7 +750,8 @@ static void on_accept(ezi_watch *w, uint32_t ev) {
     int fd = accept4(w->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) EZI_WARN("graph server: accept: %s", strerror(errno));
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        EZI_WARN("graph server: accept: %s", strerror(errno));
       return;
     }
     if (s->n_conns >= MAX_CONNS) {
@@ -778,7 +789,8 @@ static void *server_thread(void *arg) {
   server *s = arg;
   ezi_loop_run(s->loop);
   /* Registered clients first (their leaving notifies others), then everything else. */
-  while (s->conns) conn_close(s->conns);
+  while (s->conns)
+    conn_close(s->conns);
   reap(s);
   while (s->segs) {
     s->segs->leases = 1;

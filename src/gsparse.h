@@ -15,12 +15,12 @@ typedef enum {
 
 /* One parsed frame. Strings are views into the input (not NUL-terminated). */
 typedef struct ezi_gs_req {
-  uint8_t cmd;        /* the command byte (0 in EZI_GS_PUB_ADDR) */
-  const char *a, *b;  /* string arguments, in order */
+  uint8_t cmd;       /* the command byte (0 in EZI_GS_PUB_ADDR) */
+  const char *a, *b; /* string arguments, in order */
   size_t na, nb;
-  uint64_t u1, u2;    /* integer arguments, in order */
-  size_t used;        /* bytes the frame took (when complete) */
-  size_t need;        /* bytes needed in all before it can be complete (when short) */
+  uint64_t u1, u2; /* integer arguments, in order */
+  size_t used;     /* bytes the frame took (when complete) */
+  size_t need;     /* bytes needed in all before it can be complete (when short) */
 } ezi_gs_req;
 
 /* Parses one frame from p[0, len). Returns 1 (complete), 0 (more bytes needed: req->need says how

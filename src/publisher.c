@@ -22,7 +22,8 @@ uint32_t ezi_pub_num_buffers(const ez_pub *p) { return p->nbuf; }
 /* Ready channels, the local one included. p->mu held. */
 static size_t count_channels(const ez_pub *p) {
   size_t n = p->local != NULL;
-  for (size_t i = 0; i < p->n_chans; i++) n += p->chans[i]->state == PC_READY;
+  for (size_t i = 0; i < p->n_chans; i++)
+    n += p->chans[i]->state == PC_READY;
   return n;
 }
 
@@ -108,8 +109,10 @@ static void start_serving(void *arg) {
 int ez_pub_create(ez_context *ctx, const char *topic, const ez_pub_opts *opts, ez_pub **out) {
   if (!ctx || !topic || !out || strlen(topic) > EZ_MAX_CONTROL_STR) return EZ_EINVAL;
   ez_pub_opts o;
-  if (opts) o = *opts;
-  else ez_pub_opts_init(&o);
+  if (opts)
+    o = *opts;
+  else
+    ez_pub_opts_init(&o);
   if (o.num_buffers < 1 || o.num_buffers > EZI_SHM_MAX_BUFFERS || o.buf_size < 1 ||
       o.buf_size > EZI_SHM_MAX_BUF_SIZE)
     return EZ_EINVAL;
@@ -140,7 +143,8 @@ int ez_pub_create(ez_context *ctx, const char *topic, const ez_pub_opts *opts, e
   if (rc == 0) {
     p->shm_real = true;
   } else if (rc == EZ_ENOENT || rc == EZ_ESYS || rc == EZ_EPROTO) {
-    EZI_INFO("publisher %s: cannot map the server's segment (%s); using TCP", topic, ez_strerror(rc));
+    EZI_INFO("publisher %s: cannot map the server's segment (%s); using TCP", topic,
+             ez_strerror(rc));
     rc = ezi_seg_private("", p->nbuf, o.buf_size, &p->seg);
   }
   if (rc) {
@@ -291,8 +295,10 @@ static int grow(ez_pub *p, uint64_t need) {
   pthread_mutex_unlock(&p->mu);
   int rc = EZ_ENOENT;
   if (p->shm_real) rc = ezi_seg_create(p->ctx->address, p->nbuf, size, &ns, EZ_DEFAULT_TIMEOUT_MS);
-  if (rc == 0) real = true;
-  else rc = ezi_seg_private(p->seg->shm.name, p->nbuf, size, &ns);
+  if (rc == 0)
+    real = true;
+  else
+    rc = ezi_seg_private(p->seg->shm.name, p->nbuf, size, &ns);
   pthread_mutex_lock(&p->mu);
   if (rc) return rc;
   uint64_t room = ezi_seg_room(p->seg);
@@ -300,7 +306,8 @@ static int grow(ez_pub *p, uint64_t need) {
     if (p->leases[i]) memcpy(ezi_seg_data(ns, i), ezi_seg_data(p->seg, i), room);
   ezi_seg *old = p->seg;
   p->seg = ns;
-  if (!real && p->shm_real) EZI_WARN("publisher %s: segment grow failed at the server; using TCP", p->topic);
+  if (!real && p->shm_real)
+    EZI_WARN("publisher %s: segment grow failed at the server; using TCP", p->topic);
   p->shm_real = real;
   ezi_seg_unref(old); /* messages still viewed hold their own reference */
   return 0;

@@ -40,12 +40,12 @@ struct ez_pub {
   pthread_mutex_t mu; /* everything below */
   pthread_cond_t cv;
   int waiters;
-  int64_t want;         /* the slot a waiting publisher needs, -1: any change (flush, pause) */
+  int64_t want; /* the slot a waiting publisher needs, -1: any change (flush, pause) */
   ezi_seg *seg;
-  bool shm_real;        /* seg is the server's segment, mapped here too */
+  bool shm_real; /* seg is the server's segment, mapped here too */
   uint64_t next_id;
-  uint32_t *leases;     /* holders per slot */
-  uint64_t *slot_msg;   /* msg id currently in each slot */
+  uint32_t *leases;   /* holders per slot */
+  uint64_t *slot_msg; /* msg id currently in each slot */
   bool running, sync_pending, closing, loaned;
   size_t loan_len;
   pub_chan **chans;

@@ -65,9 +65,7 @@ static void on_graph(ezi_watch *w, uint32_t ev) {
         p->sync_pending = true;
         ezi_pub_check_sync(p);
         break;
-      case EZI_PROFILE:
-        used = ezi_buf_pending(&p->gin) >= 9 ? 9 : 0;
-        break;
+      case EZI_PROFILE: used = ezi_buf_pending(&p->gin) >= 9 ? 9 : 0; break;
       default: EZI_WARN("publisher %s: unknown command %u from the graph server", p->topic, cmd);
       }
       pthread_mutex_unlock(&p->mu);
@@ -106,7 +104,8 @@ static void chan_close(pub_chan *pc) {
 }
 
 static void chan_error(pub_chan *pc, const char *what) {
-  EZI_WARN("publisher %s: channel %s: %s; closing it", pc->pub->topic, pc->id[0] ? pc->id : "?", what);
+  EZI_WARN("publisher %s: channel %s: %s; closing it", pc->pub->topic, pc->id[0] ? pc->id : "?",
+           what);
   chan_close(pc);
 }
 

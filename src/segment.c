@@ -116,8 +116,10 @@ void ezi_seg_unref(ezi_seg *s) {
   /* Normally the server unlinks a segment with its last lease. A server that died cannot: then
    * whoever asked for the segment removes its name (mappings elsewhere stay valid). */
   if (s->creator && s->lease_fd >= 0 && server_gone(s->lease_fd)) ezi_shm_unlink(s->shm.name);
-  if (s->priv) free(s->priv);
-  else ezi_shm_detach(&s->shm);
+  if (s->priv)
+    free(s->priv);
+  else
+    ezi_shm_detach(&s->shm);
   if (s->lease_fd >= 0) close(s->lease_fd);
   free(s);
 }

@@ -67,7 +67,8 @@ void ezi_sub_push(ez_sub *s, chan_sub *cs, uint64_t msg_id) {
       EZI_ERROR("subscriber %s: out of memory; a message is lost", s->topic);
       return;
     }
-    for (size_t i = 0; i < s->n; i++) q[i] = s->q[(s->head + i) % s->cap];
+    for (size_t i = 0; i < s->n; i++)
+      q[i] = s->q[(s->head + i) % s->cap];
     free(s->q);
     s->q = q;
     s->cap = cap;
@@ -102,7 +103,8 @@ void ezi_sub_purge(ez_sub *s, chan_sub *cs, void (*fn)(chan_sub *, uint64_t)) {
   s->n = kept;
   if (!s->n) clear_ready(s);
   pthread_mutex_unlock(&s->mu);
-  for (size_t i = 0; i < nid; i++) fn(cs, ids[i]);
+  for (size_t i = 0; i < nid; i++)
+    fn(cs, ids[i]);
   free(ids);
 }
 
@@ -113,9 +115,12 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
     pthread_mutex_lock(&s->mu);
     int rc = 0;
     while (!s->n && !rc) {
-      if (s->closing) rc = EZ_ECLOSED;
-      else if (s->lost) rc = EZ_ECONNLOST;
-      else if (timeout_ms == 0) rc = EZ_EAGAIN;
+      if (s->closing)
+        rc = EZ_ECLOSED;
+      else if (s->lost)
+        rc = EZ_ECONNLOST;
+      else if (timeout_ms == 0)
+        rc = EZ_EAGAIN;
       else {
         if (!deadline) deadline = ezi_deadline(timeout_ms);
         s->waiters++;
@@ -206,7 +211,8 @@ static void apply_update(ez_sub *s, const char *ids, size_t n) {
     memcpy(id, ids + i, 36);
     id[36] = 0;
     bool have = false;
-    for (size_t k = 0; k < s->n_links && !have; k++) have = !strcmp(s->links[k].pub_id, id);
+    for (size_t k = 0; k < s->n_links && !have; k++)
+      have = !strcmp(s->links[k].pub_id, id);
     if (have) continue;
     pub_link *v = realloc(s->links, (s->n_links + 1) * sizeof *v);
     if (!v) continue;
@@ -352,7 +358,8 @@ static void detach_on_loop(void *arg) {
   }
   pthread_mutex_unlock(&ctx->mu);
   graph_close(s);
-  while (s->n_links) ezi_chan_leave(s->links[--s->n_links].cs, true);
+  while (s->n_links)
+    ezi_chan_leave(s->links[--s->n_links].cs, true);
 }
 
 int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, ez_sub **out) {
@@ -395,7 +402,8 @@ int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, e
   s->gw = (ezi_watch){.fd = fd, .fn = on_graph, .arg = s};
   ezi_ctx_call(ctx, attach_on_loop, s);
   pthread_mutex_lock(&s->mu);
-  while (!s->initialized && !s->lost && !rc) rc = ezi_cond_wait(&s->cv, &s->mu, deadline);
+  while (!s->initialized && !s->lost && !rc)
+    rc = ezi_cond_wait(&s->cv, &s->mu, deadline);
   if (!rc && !s->initialized) rc = EZ_ECONNLOST;
   pthread_mutex_unlock(&s->mu);
   if (rc) {

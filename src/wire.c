@@ -14,11 +14,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static const char *const cmd_names[] = {
-    "COMPLETE", "PUBLISH", "SUBSCRIBE", "CONNECT",  "DISCONNECT", "CYCLIC",     "PAUSE",
-    "SYNC",     "RESUME",  "UPDATE",    "DAG",      "TX_LOCAL",   "TX_SHM",     "TX_TCP",
-    "RX_ACK",   "SHM_CREATE", "SHM_ATTACH", "SHUTDOWN", "CHANNEL", "SHM_OK", "SHM_ATTACH_FAILED",
-    "PROFILE",  "PROFILE_DATA"};
+static const char *const cmd_names[] = {"COMPLETE",   "PUBLISH",     "SUBSCRIBE",
+                                        "CONNECT",    "DISCONNECT",  "CYCLIC",
+                                        "PAUSE",      "SYNC",        "RESUME",
+                                        "UPDATE",     "DAG",         "TX_LOCAL",
+                                        "TX_SHM",     "TX_TCP",      "RX_ACK",
+                                        "SHM_CREATE", "SHM_ATTACH",  "SHUTDOWN",
+                                        "CHANNEL",    "SHM_OK",      "SHM_ATTACH_FAILED",
+                                        "PROFILE",    "PROFILE_DATA"};
 
 const char *ezi_cmd_name(unsigned cmd) {
   return cmd < sizeof cmd_names / sizeof cmd_names[0] ? cmd_names[cmd] : "?";
@@ -34,7 +37,8 @@ int ezi_buf_reserve(ezi_buf *b, size_t extra) {
   }
   if (extra > SIZE_MAX / 2 - b->len) return EZ_ENOMEM;
   size_t want = b->len + extra, cap = b->cap ? b->cap : 256;
-  while (cap < want) cap *= 2;
+  while (cap < want)
+    cap *= 2;
   uint8_t *d = realloc(b->data, cap);
   if (!d) return EZ_ENOMEM;
   b->data = d;
@@ -216,7 +220,8 @@ int ezi_tcp_connect(const char *host, uint16_t port, int timeout_ms) {
   }
   struct pollfd pfd = {.fd = fd, .events = POLLOUT};
   int r;
-  do r = poll(&pfd, 1, timeout_ms);
+  do
+    r = poll(&pfd, 1, timeout_ms);
   while (r < 0 && errno == EINTR);
   if (r == 0) {
     close(fd);

@@ -12,21 +12,41 @@
 #include "ezmsg/ezmsg.h"
 
 enum ezi_cmd {
-  EZI_COMPLETE = 0, EZI_PUBLISH = 1, EZI_SUBSCRIBE = 2, EZI_CONNECT = 3, EZI_DISCONNECT = 4,
-  EZI_CYCLIC = 5, EZI_PAUSE = 6, EZI_SYNC = 7, EZI_RESUME = 8, EZI_UPDATE = 9, EZI_DAG = 10,
-  EZI_TX_LOCAL = 11, EZI_TX_SHM = 12, EZI_TX_TCP = 13, EZI_RX_ACK = 14, EZI_SHM_CREATE = 15,
-  EZI_SHM_ATTACH = 16, EZI_SHUTDOWN = 17, EZI_CHANNEL = 18, EZI_SHM_OK = 19,
-  EZI_SHM_ATTACH_FAILED = 20, EZI_PROFILE = 21, EZI_PROFILE_DATA = 22,
+  EZI_COMPLETE = 0,
+  EZI_PUBLISH = 1,
+  EZI_SUBSCRIBE = 2,
+  EZI_CONNECT = 3,
+  EZI_DISCONNECT = 4,
+  EZI_CYCLIC = 5,
+  EZI_PAUSE = 6,
+  EZI_SYNC = 7,
+  EZI_RESUME = 8,
+  EZI_UPDATE = 9,
+  EZI_DAG = 10,
+  EZI_TX_LOCAL = 11,
+  EZI_TX_SHM = 12,
+  EZI_TX_TCP = 13,
+  EZI_RX_ACK = 14,
+  EZI_SHM_CREATE = 15,
+  EZI_SHM_ATTACH = 16,
+  EZI_SHUTDOWN = 17,
+  EZI_CHANNEL = 18,
+  EZI_SHM_OK = 19,
+  EZI_SHM_ATTACH_FAILED = 20,
+  EZI_PROFILE = 21,
+  EZI_PROFILE_DATA = 22,
 };
 /* Name of a command byte for log lines ("?" if unknown). */
 const char *ezi_cmd_name(unsigned cmd);
 
 static inline void ezi_put_u64le(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+  for (int i = 0; i < 8; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
 }
 static inline uint64_t ezi_get_u64le(const uint8_t *p) {
   uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  for (int i = 7; i >= 0; i--)
+    v = (v << 8) | p[i];
   return v;
 }
 
@@ -44,7 +64,9 @@ int ezi_buf_put_u8(ezi_buf *b, uint8_t v);
 int ezi_buf_put_u64(ezi_buf *b, uint64_t v);
 /* A str: u64 length then the bytes. */
 int ezi_buf_put_str(ezi_buf *b, const char *s, size_t n);
-static inline int ezi_buf_put_cstr(ezi_buf *b, const char *s) { return ezi_buf_put_str(b, s, strlen(s)); }
+static inline int ezi_buf_put_cstr(ezi_buf *b, const char *s) {
+  return ezi_buf_put_str(b, s, strlen(s));
+}
 static inline size_t ezi_buf_pending(const ezi_buf *b) { return b->len - b->off; }
 /* The first pending byte (a valid pointer even for an empty, never-allocated buffer). */
 static inline const uint8_t *ezi_buf_head(const ezi_buf *b) {
@@ -70,8 +92,8 @@ long ezi_buf_fill(ezi_buf *b, int fd, size_t max_total);
 typedef struct ezi_rd {
   const uint8_t *p;
   size_t len, pos;
-  size_t need;   /* when short: total bytes needed from p so far */
-  int err;       /* EZ_EMSGSIZE for a string beyond the limit, else 0 */
+  size_t need; /* when short: total bytes needed from p so far */
+  int err;     /* EZ_EMSGSIZE for a string beyond the limit, else 0 */
   size_t max_str;
 } ezi_rd;
 

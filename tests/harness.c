@@ -55,7 +55,8 @@ pid_t th_spawn_cli(int out_fd, const char *arg0, ...) {
   argv[n++] = (char *)th_cli();
   va_list ap;
   va_start(ap, arg0);
-  for (const char *a = arg0; a && n < 31; a = va_arg(ap, const char *)) argv[n++] = (char *)a;
+  for (const char *a = arg0; a && n < 31; a = va_arg(ap, const char *))
+    argv[n++] = (char *)a;
   va_end(ap);
   argv[n] = NULL;
   return th_spawn(argv, out_fd, -1);
@@ -125,7 +126,8 @@ int th_count_shm(void) {
   if (!d) return 0;
   int n = 0;
   struct dirent *e;
-  while ((e = readdir(d))) n += strncmp(e->d_name, "psm_", 4) == 0;
+  while ((e = readdir(d)))
+    n += strncmp(e->d_name, "psm_", 4) == 0;
   closedir(d);
   return n;
 }
@@ -135,7 +137,8 @@ int th_count_fds(void) {
   if (!d) return -1;
   int n = 0;
   struct dirent *e;
-  while ((e = readdir(d))) n += e->d_name[0] != '.';
+  while ((e = readdir(d)))
+    n += e->d_name[0] != '.';
   closedir(d);
   return n - 1; /* the DIR's own fd */
 }

@@ -27,32 +27,32 @@
 extern "C" {
 #endif
 
-#define EZ_VERSION "3.6.2"                /* the ezmsg version we speak and announce */
+#define EZ_VERSION "3.6.2" /* the ezmsg version we speak and announce */
 #define EZ_DEFAULT_ADDRESS "127.0.0.1:25978"
 #define EZ_ADDR_ENV "EZMSG_GRAPHSERVER_ADDR"
 #define EZ_PUB_PORT_ENV "EZMSG_PUBLISHER_PORT_START"
 #define EZ_PUB_PORT_DEFAULT 25980
-#define EZ_MAX_CONTROL_STR (1u << 20)     /* longest string accepted on a control link */
-#define EZ_DEFAULT_TIMEOUT_MS 5000        /* default for one-shot graph requests */
+#define EZ_MAX_CONTROL_STR (1u << 20) /* longest string accepted on a control link */
+#define EZ_DEFAULT_TIMEOUT_MS 5000    /* default for one-shot graph requests */
 
 /* ---------------------------------------------------------------------------------------------
  * Errors
  * ------------------------------------------------------------------------------------------- */
 enum {
   EZ_OK = 0,
-  EZ_EINVAL = -22,        /* a bad argument from the caller */
-  EZ_ENOMEM = -12,        /* out of memory */
-  EZ_ENOENT = -2,         /* unknown id, name or topic */
-  EZ_ETIMEDOUT = -110,    /* the timeout passed */
-  EZ_ENOSERVER = -111,    /* nothing listens at the graph server address */
-  EZ_ECONNLOST = -104,    /* a peer went away (graph server, publisher, channel) */
-  EZ_EPROTO = -71,        /* a peer broke the protocol */
-  EZ_EMSGSIZE = -90,      /* a message or string beyond a limit */
-  EZ_ECLOSED = -108,      /* the object is closing or closed */
-  EZ_EAGAIN = -11,        /* nothing available now (timeout 0) */
-  EZ_EADDR = -99,         /* address unparsable, or cannot be bound */
-  EZ_ESYS = -5,           /* an unexpected system call failure (see the log) */
-  EZ_ECYCLIC = -4001,     /* CONNECT would create a cycle in the topic graph */
+  EZ_EINVAL = -22,     /* a bad argument from the caller */
+  EZ_ENOMEM = -12,     /* out of memory */
+  EZ_ENOENT = -2,      /* unknown id, name or topic */
+  EZ_ETIMEDOUT = -110, /* the timeout passed */
+  EZ_ENOSERVER = -111, /* nothing listens at the graph server address */
+  EZ_ECONNLOST = -104, /* a peer went away (graph server, publisher, channel) */
+  EZ_EPROTO = -71,     /* a peer broke the protocol */
+  EZ_EMSGSIZE = -90,   /* a message or string beyond a limit */
+  EZ_ECLOSED = -108,   /* the object is closing or closed */
+  EZ_EAGAIN = -11,     /* nothing available now (timeout 0) */
+  EZ_EADDR = -99,      /* address unparsable, or cannot be bound */
+  EZ_ESYS = -5,        /* an unexpected system call failure (see the log) */
+  EZ_ECYCLIC = -4001,  /* CONNECT would create a cycle in the topic graph */
 };
 
 /* Returns a static, human-readable name for an EZ_E* code (or "unknown error"). Any thread. */
@@ -256,14 +256,14 @@ typedef struct ez_iov {
 
 /* A received message: a read-only view into the channel's memory, valid until ez_msg_release. */
 typedef struct ez_msg {
-  const void *data;   /* the payload (for EZ_MSG_RAW_PICKLE: buffer 0, the pickle) */
+  const void *data; /* the payload (for EZ_MSG_RAW_PICKLE: buffer 0, the pickle) */
   size_t len;
   uint64_t msg_id;    /* per-publisher sequence number, from 0 */
   const char *pub_id; /* the sending publisher's id */
   unsigned flags;
-  size_t nbufs;       /* with EZ_MSG_RAW_PICKLE: the marshalled buffers */
+  size_t nbufs; /* with EZ_MSG_RAW_PICKLE: the marshalled buffers */
   const ez_iov *bufs;
-  void *ref_;         /* internal */
+  void *ref_; /* internal */
 } ez_msg;
 
 /* Waits up to timeout_ms for the next message and fills *msg with a zero-copy view. The message
@@ -292,7 +292,7 @@ void ez_sub_destroy(ez_sub *sub);
 /* ---------------------------------------------------------------------------------------------
  * Profiling
  * ------------------------------------------------------------------------------------------- */
-#define EZ_PROFILE_WINDOW_S 2.0   /* default window */
+#define EZ_PROFILE_WINDOW_S 2.0 /* default window */
 #define EZ_PROFILE_MAX_WINDOW_S 10.0
 
 /* Asks the graph server for the aggregated profile over the last `window_s` seconds (clamped to
