@@ -133,10 +133,10 @@ static long handshake(pub_chan *pc) {
   }
   if (pc->state == PC_HANDSHAKE) {
     memcpy(pc->id, id, 36);
-    pthread_mutex_lock(&p->mu);
+    pthread_mutex_lock(&p->mu); /* send_slot reads the state under it */
     ezi_buf_put_cstr(&b, p->seg->shm.name);
-    pthread_mutex_unlock(&p->mu);
     pc->state = PC_AWAIT_SHM;
+    pthread_mutex_unlock(&p->mu);
   } else {
     pc->shm_ok = cmd == EZI_SHM_OK;
     pc->pid = pid;
