@@ -3,6 +3,7 @@
  * out. Everything here runs on the I/O thread and never waits for the publisher: two processes
  * that subscribe to each other at the same moment must not wait on each other's I/O threads. */
 #include "channel.h"
+#include "txframe.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,9 +11,6 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#define MAX_TCP_MSG ((uint64_t)1 << 30) /* the largest TX_TCP message we accept */
-#define HDR_LIMIT 4096
 
 /* ---- remote link --------------------------------------------------------------------------- */
 
@@ -46,23 +44,13 @@ static int switch_segment(chan *c, const char *name, size_t n) {
 
 /* Parses one data frame from c->pin: bytes used, 0 for more, < 0 on a protocol error. */
 static long data_frame(chan *c, uint64_t now) {
-  ezi_rd r;
-  ezi_rd_init(&r, ezi_buf_head(&c->pin), ezi_buf_pending(&c->pin), EZI_SHM_NAME_MAX);
-  uint8_t cmd = 0;
-  uint64_t msg_id = 0, size = 0;
-  const char *name = NULL;
-  size_t nn = 0;
-  if (ezi_rd_u8(&r, &cmd) && ezi_rd_u64(&r, &msg_id)) {
-    if (cmd == EZI_TX_SHM)
-      ezi_rd_str(&r, &name, &nn);
-    else if (cmd == EZI_TX_TCP && ezi_rd_u64(&r, &size) && size <= MAX_TCP_MSG)
-      ezi_rd_skip(&r, (size_t)size);
-    else if (cmd != EZI_TX_TCP)
-      return EZ_EPROTO;
-  }
-  if (cmd == EZI_TX_TCP && size > MAX_TCP_MSG) return EZ_EMSGSIZE;
-  int st = ezi_rd_status(&r);
+  ezi_tx_frame f;
+  int st = ezi_tx_parse(ezi_buf_head(&c->pin), ezi_buf_pending(&c->pin), &f);
   if (st <= 0) return st;
+  uint8_t cmd = f.cmd;
+  uint64_t msg_id = f.msg_id, size = f.size;
+  const char *name = f.name;
+  size_t nn = f.name_len;
 
   ezi_unmarshalled um;
   uint8_t *owned = NULL;
@@ -76,7 +64,7 @@ static long data_frame(chan *c, uint64_t now) {
     const uint8_t *d = ezi_seg_data(seg, msg_id % c->nbuf);
     if (ezi_unmarshal(d, ezi_seg_room(seg), &um) || um.msg_id != msg_id) return EZ_EPROTO;
   } else {
-    const uint8_t *d = r.p + r.pos - size;
+    const uint8_t *d = f.body;
     owned = malloc(size ? (size_t)size : 1);
     if (!owned) return EZ_ENOMEM;
     memcpy(owned, d, (size_t)size);
@@ -91,19 +79,7 @@ static long data_frame(chan *c, uint64_t now) {
   pthread_mutex_unlock(&c->mu);
   if (took < 0) return EZ_EPROTO;
   if (!took) ezi_chan_ack(c, msg_id, now);
-  return (long)r.pos;
-}
-
-/* How many bytes c->pin may hold: room for headers, or a whole TX_TCP frame once its header says
- * how large it is (the buffer grows only as its bytes arrive). */
-static size_t pin_limit(const chan *c) {
-  const uint8_t *h = ezi_buf_head(&c->pin);
-  size_t limit = 65536 + HDR_LIMIT;
-  if (ezi_buf_pending(&c->pin) >= 17 && h[0] == EZI_TX_TCP) {
-    uint64_t size = ezi_get_u64le(h + 9);
-    if (size <= MAX_TCP_MSG && size + 17 > limit) limit = (size_t)size + 17;
-  }
-  return limit;
+  return (long)f.used;
 }
 
 #define GONE (-100000) /* the channel may have been freed: touch nothing */
@@ -167,7 +143,8 @@ static void on_pub(ezi_watch *w, uint32_t ev) {
   if ((ev & EPOLLOUT) && ezi_outbox_flush(&c->acks)) return fail(c, EZ_ECONNLOST);
   if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
   long n;
-  while ((n = ezi_buf_fill(&c->pin, w->fd, pin_limit(c))) > 0) {
+  while ((n = ezi_buf_fill(&c->pin, w->fd,
+                           ezi_tx_limit(ezi_buf_head(&c->pin), ezi_buf_pending(&c->pin)))) > 0) {
     uint64_t now = ezi_now_ns(); /* one clock read for all the frames of this read */
     for (;;) {
       long used = c->state == CH_CONNECTING ? handshake(c) : data_frame(c, now);

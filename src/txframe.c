@@ -1,0 +1,40 @@
+/* TX_SHM: cmd, u64 msg_id, str shm_name. TX_TCP: cmd, u64 msg_id, u64 size, size bytes. */
+#include "txframe.h"
+#include "shm.h"
+#include "wire.h"
+
+int ezi_tx_parse(const uint8_t *p, size_t len, ezi_tx_frame *f) {
+  *f = (ezi_tx_frame){0};
+  ezi_rd r;
+  ezi_rd_init(&r, p, len, EZI_SHM_NAME_MAX);
+  if (ezi_rd_u8(&r, &f->cmd) && ezi_rd_u64(&r, &f->msg_id)) {
+    if (f->cmd == EZI_TX_SHM) {
+      ezi_rd_str(&r, &f->name, &f->name_len);
+      if (r.err) return EZ_EPROTO; /* not a name we could ever attach */
+    } else if (f->cmd == EZI_TX_TCP) {
+      if (ezi_rd_u64(&r, &f->size)) {
+        if (f->size > EZI_MAX_TCP_MSG) return EZ_EMSGSIZE;
+        f->body = r.p + r.pos;
+        ezi_rd_skip(&r, (size_t)f->size);
+      }
+    } else {
+      return EZ_EPROTO;
+    }
+  }
+  int st = ezi_rd_status(&r);
+  if (st == 1) f->used = r.pos;
+  if (st == 0) {
+    f->need = r.need;
+    f->body = NULL;
+  }
+  return st;
+}
+
+size_t ezi_tx_limit(const uint8_t *p, size_t len) {
+  size_t limit = 65536 + EZI_TX_HDR_ROOM;
+  if (len >= 17 && p[0] == EZI_TX_TCP) {
+    uint64_t size = ezi_get_u64le(p + 9);
+    if (size <= EZI_MAX_TCP_MSG && size + 17 > limit) limit = (size_t)size + 17;
+  }
+  return limit;
+}
