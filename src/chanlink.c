@@ -152,11 +152,14 @@ static void on_pub(ezi_watch *w, uint32_t ev) {
       if (used < 0) {
         EZI_WARN("channel %s: bad data from publisher %s (%s); dropping the link", c->id, c->pub_id,
                  ez_strerror((int)used));
+        ezi_chan_wake_subs(c); /* what arrived before the bad frame is delivered */
         return fail(c, (int)used);
       }
       if (used == 0) break;
       ezi_buf_consume(&c->pin, (size_t)used);
     }
+    /* Receivers were not woken frame by frame: one wake-up for the whole read. */
+    if (c->state == CH_READY) ezi_chan_wake_subs(c);
   }
   if (n < 0) {
     EZI_DEBUG("channel %s: publisher %s went away", c->id, c->pub_id);

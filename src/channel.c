@@ -23,6 +23,12 @@ static void slot_clear(slot *s) {
   *s = (slot){0};
 }
 
+void ezi_chan_wake_subs(chan *c) {
+  pthread_mutex_lock(&c->mu);
+  for (size_t i = 0; i < c->n_subs; i++) ezi_sub_wake(c->subs[i]->sub);
+  pthread_mutex_unlock(&c->mu);
+}
+
 void ezi_chan_ack(chan *c, uint64_t msg_id, uint64_t now) {
   pthread_mutex_lock(&c->mu);
   ez_pub *pub = c->local_pub;
@@ -74,10 +80,14 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
   for (size_t i = 0; i < c->n_subs; i++) {
     chan_sub *cs = c->subs[i];
     if (cs->gone) continue;
+    if (!ezi_sub_push(cs->sub, cs, msg_id, c->remote)) continue; /* it does not hold it */
     cs->t0[msg_id % c->nbuf] = now;
     cs->in_flight++;
     s->refs++;
-    ezi_sub_push(cs->sub, cs, msg_id);
+  }
+  if (!s->refs) { /* nobody could take it after all */
+    slot_clear(s);
+    return 0;
   }
   return 1;
 }

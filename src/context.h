@@ -135,8 +135,12 @@ const char *ezi_chan_pub_id(const chan *c);
 json_t *ezi_chan_profile(chan *c, double window_s);
 
 /* ---- subscriber (subscriber.c) ------------------------------------------------------------- */
-/* Queues a notice for sub (called with chan->mu held). */
-void ezi_sub_push(ez_sub *sub, chan_sub *cs, uint64_t msg_id);
+/* Queues a notice for sub (called with chan->mu held). With defer_wake, a sleeping receiver is
+ * signalled only by the next ezi_sub_wake (the I/O thread queues a whole read's batch first).
+ * Returns false if it could not be queued (out of memory). */
+bool ezi_sub_push(ez_sub *sub, chan_sub *cs, uint64_t msg_id, bool defer_wake);
+/* Signals the receiver if a deferred push left it asleep. Any thread. */
+void ezi_sub_wake(ez_sub *sub);
 /* Drops every queued notice of cs, returning their msg ids through fn. */
 void ezi_sub_purge(ez_sub *sub, chan_sub *cs, void (*fn)(chan_sub *, uint64_t));
 const char *ezi_sub_handle(const ez_sub *sub);

@@ -41,6 +41,7 @@ struct ez_sub {
   size_t head, n, cap;
   int efd;
   bool efd_set, initialized, lost, closing;
+  bool wake_pending; /* a batch is being queued: signal once it is all there */
 };
 
 const char *ez_sub_id(const ez_sub *s) { return s->id; }
@@ -57,15 +58,15 @@ static void signal_ready(ez_sub *s) { /* s->mu held; the queue just became non-e
   if (s->waiters) pthread_cond_signal(&s->cv);
 }
 
-void ezi_sub_push(ez_sub *s, chan_sub *cs, uint64_t msg_id) {
+bool ezi_sub_push(ez_sub *s, chan_sub *cs, uint64_t msg_id, bool defer_wake) {
   pthread_mutex_lock(&s->mu);
   if (s->n == s->cap) {
     size_t cap = s->cap ? s->cap * 2 : 64;
     note *q = malloc(cap * sizeof *q);
     if (!q) {
       pthread_mutex_unlock(&s->mu);
-      EZI_ERROR("subscriber %s: out of memory; a message is lost", s->topic);
-      return;
+      EZI_ERROR("subscriber %s: out of memory; it does not take a message", s->topic);
+      return false;
     }
     for (size_t i = 0; i < s->n; i++)
       q[i] = s->q[(s->head + i) % s->cap];
@@ -77,8 +78,21 @@ void ezi_sub_push(ez_sub *s, chan_sub *cs, uint64_t msg_id) {
   s->q[(s->head + s->n++) % s->cap] = (note){cs, msg_id};
   bool wake = s->n == 1 && s->waiters;
   if (s->n == 1 && s->efd >= 0 && !s->efd_set) signal_ready(s);
+  if (wake && defer_wake) {
+    s->wake_pending = true; /* ezi_sub_wake, once the whole batch is queued */
+    wake = false;
+  }
   pthread_mutex_unlock(&s->mu);
   if (wake) pthread_cond_signal(&s->cv); /* after unlocking: the woken thread needs the lock */
+  return true;
+}
+
+void ezi_sub_wake(ez_sub *s) {
+  pthread_mutex_lock(&s->mu);
+  bool wake = s->wake_pending;
+  s->wake_pending = false;
+  pthread_mutex_unlock(&s->mu);
+  if (wake) pthread_cond_signal(&s->cv);
 }
 
 static void clear_ready(ez_sub *s) { /* s->mu held; the queue just became empty */

@@ -72,18 +72,18 @@ static void test_reader_short_and_limits(void **state) {
   /* Every prefix is short and says exactly how many bytes the frame needs so far. */
   for (size_t k = 0; k < len; k++) {
     ezi_rd r;
-    uint8_t c;
-    const char *s;
-    size_t n;
+    uint8_t c = 0;
+    const char *s = NULL;
+    size_t n = 0;
     ezi_rd_init(&r, p, k, 64);
     if (ezi_rd_u8(&r, &c)) ezi_rd_str(&r, &s, &n);
     assert_int_equal(ezi_rd_status(&r), 0);
     assert_true(r.need > k && r.need <= len);
   }
   ezi_rd r;
-  uint8_t c;
-  const char *s;
-  size_t n;
+  uint8_t c = 0;
+  const char *s = NULL;
+  size_t n = 0;
   ezi_rd_init(&r, p, len, 64);
   assert_true(ezi_rd_u8(&r, &c) && ezi_rd_str(&r, &s, &n));
   assert_int_equal(ezi_rd_status(&r), 1);
