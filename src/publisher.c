@@ -78,6 +78,12 @@ static void pub_free(ez_pub *p) {
   free(p->local_t0);
   free(p->chans);
   ezi_seg_unref(p->seg);
+  while (p->retired) {
+    struct retired_seg *r = p->retired;
+    p->retired = r->next;
+    ezi_seg_unref(r->seg);
+    free(r);
+  }
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
   free(p);
@@ -251,6 +257,8 @@ void ezi_pub_check_sync(ez_pub *p) {
   ezi_outbox_put(p->ctx, &p->gout, &c, 1);
 }
 
+static void release_retired(ez_pub *p);
+
 void ezi_pub_free_locked(ez_pub *p, pub_chan *pc, uint64_t msg_id, uint64_t now) {
   uint32_t idx = (uint32_t)(msg_id % p->nbuf);
   uint64_t *t0 = pc ? &pc->t0[idx] : &p->local_t0[idx];
@@ -259,6 +267,7 @@ void ezi_pub_free_locked(ez_pub *p, pub_chan *pc, uint64_t msg_id, uint64_t now)
   *t0 = 0;
   p->in_flight--;
   if (--p->leases[idx] == 0) {
+    if (p->retired) release_retired(p);
     /* Wake the publisher only for the slot it waits for (or when it waits for everything). */
     if (p->waiters && (p->want < 0 || (uint32_t)p->want == idx)) pthread_cond_broadcast(&p->cv);
     ezi_pub_check_sync(p);
@@ -305,12 +314,35 @@ static int grow(ez_pub *p, uint64_t need) {
   for (uint32_t i = 0; i < p->nbuf; i++)
     if (p->leases[i]) memcpy(ezi_seg_data(ns, i), ezi_seg_data(p->seg, i), room);
   ezi_seg *old = p->seg;
+  struct retired_seg *r = p->next_id ? malloc(sizeof *r) : NULL;
+  if (r) { /* channels may still have to attach the old one for messages in flight */
+    *r = (struct retired_seg){old, p->next_id - 1, p->retired};
+    p->retired = r;
+    old = NULL;
+  }
   p->seg = ns;
   if (!real && p->shm_real)
     EZI_WARN("publisher %s: segment grow failed at the server; using TCP", p->topic);
   p->shm_real = real;
-  ezi_seg_unref(old); /* messages still viewed hold their own reference */
+  ezi_seg_unref(old); /* nothing was sent in it (messages still viewed hold their own refs) */
   return 0;
+}
+
+/* Drops retired segments no message in flight can still refer to (p->mu held). */
+static void release_retired(ez_pub *p) {
+  uint64_t oldest = UINT64_MAX; /* the oldest message still held somewhere */
+  for (uint32_t i = 0; i < p->nbuf; i++)
+    if (p->leases[i] && p->slot_msg[i] < oldest) oldest = p->slot_msg[i];
+  for (struct retired_seg **rp = &p->retired; *rp;) {
+    struct retired_seg *r = *rp;
+    if (oldest != UINT64_MAX && oldest <= r->last_id) {
+      rp = &r->next;
+      continue;
+    }
+    *rp = r->next;
+    ezi_seg_unref(r->seg);
+    free(r);
+  }
 }
 
 /* Sends the message now in slot idx (p->mu held). */

@@ -52,6 +52,14 @@ struct ez_pub {
   size_t n_chans;
   chan *local;
   uint64_t *local_t0;
+  /* Segments replaced by a grow, kept (with their server leases) until every message sent while
+   * they were current has been released: a channel that has not read its TX_SHM yet must still
+   * be able to attach them. */
+  struct retired_seg {
+    ezi_seg *seg;
+    uint64_t last_id; /* the last message sent in it */
+    struct retired_seg *next;
+  } *retired;
   ezi_window tel_msgs, tel_bp;
   uint64_t total_msgs, total_bytes, in_flight;
 };
