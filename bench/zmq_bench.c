@@ -33,13 +33,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "latency.h" /* tools/ezmsg: the histogram `ezmsg perf` uses too */
+
 #define MAGIC 0x66707a65u
 #define F_MEASURE 1u
 #define F_END 2u
 #define POLL_MS 200
-#define H_SUB_BITS 5
-#define H_SUB (1u << H_SUB_BITS)
-#define H_N ((64 - H_SUB_BITS) * H_SUB)
 
 typedef struct hdr {
   uint32_t magic, flags;
@@ -63,37 +62,6 @@ typedef struct opts {
 } opts;
 
 static opts O = {0, "inproc", 64, 1.0, 0.25, false, false};
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static unsigned h_index(uint64_t v) {
-  if (v < H_SUB) return (unsigned)v;
-  unsigned e = 63u - (unsigned)__builtin_clzll(v);
-  return (e - H_SUB_BITS + 1) * H_SUB + (unsigned)((v >> (e - H_SUB_BITS)) & (H_SUB - 1));
-}
-
-static double h_value(unsigned i) {
-  if (i < H_SUB) return (double)i;
-  unsigned e = i / H_SUB + H_SUB_BITS - 1, sub = i % H_SUB;
-  double lo = (double)((uint64_t)(H_SUB + sub) << (e - H_SUB_BITS));
-  return lo + (double)((uint64_t)1 << (e - H_SUB_BITS)) / 2.0;
-}
-
-static double h_quantile(const uint64_t *h, double q) {
-  uint64_t total = 0, acc = 0;
-  for (unsigned i = 0; i < H_N; i++)
-    total += h[i];
-  if (!total) return 0;
-  uint64_t want = (uint64_t)(q * (double)total);
-  if (want < 1) want = 1;
-  for (unsigned i = 0; i < H_N; i++)
-    if ((acc += h[i]) >= want) return h_value(i);
-  return h_value(H_N - 1);
-}
 
 static void fail(result *r, const char *what) {
   if (r->rc) return;
