@@ -62,9 +62,16 @@ pid_t th_spawn_cli(int out_fd, const char *arg0, ...) {
   return th_spawn(argv, out_fd, -1);
 }
 
-static void sleep_ms(int ms) {
+int64_t th_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void th_sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
 }
 
 int th_wait_exit(pid_t pid, int timeout_ms) {
@@ -78,7 +85,7 @@ int th_wait_exit(pid_t pid, int timeout_ms) {
       waitpid(pid, &status, 0);
       return -1;
     }
-    sleep_ms(5);
+    th_sleep_ms(5);
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + WTERMSIG(status);
@@ -114,7 +121,7 @@ pid_t th_start_server(const char *addr) {
   pid_t pid = th_spawn_cli(-1, "serve", "--address", addr, NULL);
   for (int i = 0; i < 1000; i++) {
     if (ez_graph_ping(addr, NULL, 0, 200) == 0) return pid;
-    sleep_ms(10);
+    th_sleep_ms(10);
   }
   th_stop(pid, SIGKILL, 1000);
   fail_msg("server at %s did not come up", addr);

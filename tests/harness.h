@@ -40,6 +40,10 @@ int th_count_shm(void);
 /* Number of open fds of this process. */
 int th_count_fds(void);
 
+/* Monotonic milliseconds, and a sleep that resumes after signals. */
+int64_t th_now_ms(void);
+void th_sleep_ms(int ms);
+
 /* Path of the CLI binary ($EZ_CLI). */
 const char *th_cli(void);
 

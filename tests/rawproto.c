@@ -16,12 +16,6 @@
 /* The commands these helpers speak (protocol.md). */
 enum { COMPLETE = 0, PUBLISH = 1, SUBSCRIBE = 2, UPDATE = 9 };
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int rp_open(const char *addr) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   assert_true(fd >= 0);
@@ -42,9 +36,9 @@ int rp_connect(const char *addr) {
 
 int rp_rd_exact(int fd, void *buf, size_t n, int timeout_ms) {
   uint8_t *p = buf;
-  int64_t deadline = now_ms() + timeout_ms;
+  int64_t deadline = th_now_ms() + timeout_ms;
   while (n) {
-    int left = (int)(deadline - now_ms());
+    int left = (int)(deadline - th_now_ms());
     struct pollfd pf = {.fd = fd, .events = POLLIN};
     int r = poll(&pf, 1, left > 0 ? left : 0); /* 0: still look once */
     if (r < 0 && errno == EINTR) continue;

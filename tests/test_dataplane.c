@@ -38,18 +38,6 @@
 
 static const char *g_exe = "/proc/self/exe";
 
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) && errno == EINTR) {
-  }
-}
-
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* ---- the message pattern ------------------------------------------------------------------- */
 
 typedef struct sizes {
@@ -196,16 +184,16 @@ static bool shm_exists(const char *name) {
 /* Every segment noted during the test is gone from /dev/shm (waits up to TMO for the graph server
  * to notice the last lease closing). Call once every process of the test has let go. */
 static void assert_segments_gone(void) {
-  uint64_t end = now_ms() + TMO;
+  int64_t end = th_now_ms() + TMO;
   for (;;) {
     size_t left = 0;
     const char *one = NULL;
     for (size_t i = 0; i < g_nsegs; i++)
       if (shm_exists(g_segs[i])) left++, one = g_segs[i];
     if (!left) return;
-    if (now_ms() > end)
+    if (th_now_ms() > end)
       fail_msg("%zu of %zu segments left in /dev/shm, e.g. %s", left, g_nsegs, one);
-    sleep_ms(20);
+    th_sleep_ms(20);
   }
 }
 
@@ -262,7 +250,7 @@ static child *child_start(const char *fmt, ...) {
 /* Reads child lines until one equals `want` (noting "seg NAME" lines on the way). Fails the test
  * if the child ends first or TMO passes. want NULL: read to EOF. */
 static void child_expect(child *c, const char *want) {
-  uint64_t end = now_ms() + TMO;
+  int64_t end = th_now_ms() + TMO;
   for (;;) {
     char *nl;
     while ((nl = memchr(c->buf, '\n', c->len))) {
@@ -278,8 +266,8 @@ static void child_expect(child *c, const char *want) {
       if (!want) return;
       fail_msg("child %d: no '%s' before its output ended", (int)c->pid, want);
     }
-    int left = (int)(end - now_ms());
-    if (now_ms() >= end)
+    int left = (int)(end - th_now_ms());
+    if (th_now_ms() >= end)
       fail_msg("child %d: no '%s' within %d ms", (int)c->pid, want ? want : "EOF", TMO);
     struct pollfd pfd = {c->out_fd, POLLIN, 0};
     if (poll(&pfd, 1, left) <= 0) continue;
@@ -363,7 +351,7 @@ static int setup(void **state) {
   for (int i = 0; i < 3000; i++) {
     if (ez_graph_ping(g_addr, NULL, 0, 200) == 0) return 0;
     if (waitpid(g_server, NULL, WNOHANG) == g_server) break;
-    sleep_ms(10);
+    th_sleep_ms(10);
   }
   th_stop(g_server, SIGKILL, 1000);
   g_server = 0;
@@ -1018,7 +1006,7 @@ static void test_pause_resume_sync(void **state) {
   bg_publish bp = {.p = p, .z = &z, .k = k};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, bg_publish_fn, &bp), 0);
-  sleep_ms(100);
+  th_sleep_ms(100);
   assert_false(atomic_load(&bp.done));
   assert_int_equal(ez_graph_resume(g_addr, TMO), 0);
   pthread_join(th, NULL);
@@ -1186,7 +1174,7 @@ static void test_server_killed(void **state) {
   pid_t cli = spawn_cli(SIGKILL, (const char *const[]){"sub", "/dp/lost", "--address", g_addr,
                                                        "--ready-file", ready, NULL});
   for (int i = 0; i < TMO / 10 && access(ready, F_OK) != 0; i++)
-    sleep_ms(10);
+    th_sleep_ms(10);
   assert_int_equal(access(ready, F_OK), 0);
   unlink(ready);
   assert_int_equal(th_stop(g_server, SIGKILL, TMO), 128 + SIGKILL);
@@ -1284,10 +1272,10 @@ static int role_pub(const opts *o) {
   rc = ez_pub_create(ctx, o->topic, &po, &p);
   if (rc) return die("pub: %s", ez_strerror(rc));
   say("ready");
-  uint64_t end = now_ms() + TMO;
+  int64_t end = th_now_ms() + TMO;
   while (ez_pub_num_channels(p) < (size_t)o->wait) {
-    if (now_ms() > end) return die("no %ld channels", o->wait);
-    sleep_ms(5);
+    if (th_now_ms() > end) return die("no %ld channels", o->wait);
+    th_sleep_ms(5);
   }
   sizes z = parse_sizes(o->sizes);
   size_t maxlen = 0;
@@ -1316,10 +1304,10 @@ static int role_pub(const opts *o) {
   say_segments();
   say("sent");
   if (o->unwait) {
-    end = now_ms() + TMO;
+    end = th_now_ms() + TMO;
     while (ez_pub_num_channels(p) > 0) {
-      if (now_ms() > end) return die("%zu channels stay", ez_pub_num_channels(p));
-      sleep_ms(5);
+      if (th_now_ms() > end) return die("%zu channels stay", ez_pub_num_channels(p));
+      th_sleep_ms(5);
     }
     say("unconnected");
   }
@@ -1354,7 +1342,7 @@ static void *sub_thread_fn(void *arg) {
       st->rc = die("sub %d: %s", st->index, why);
       return NULL;
     }
-    if (o->delay) sleep_ms((int)o->delay);
+    if (o->delay) th_sleep_ms((int)o->delay);
     if (st->index == 0 && nheld < o->hold && nheld < 64) {
       held[nheld++] = m;
       if (nheld == o->hold) {

@@ -62,17 +62,6 @@ enum {
   SHM_ATTACH_FAILED = 20,
 };
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 /* ---- fixture: a server, child processes by pid, a segment sampler ---------------------------- */
 
 typedef struct fx {
@@ -148,7 +137,7 @@ static void *sampler_main(void *arg) {
     pthread_mutex_unlock(&f->mu);
     for (int i = 0; i < n; i++)
       scan_pid(f, pids[i]);
-    sleep_ms(5);
+    th_sleep_ms(5);
   }
   return NULL;
 }
@@ -253,7 +242,7 @@ static void stop_process(pid_t pid) {
   assert_int_equal(kill(pid, SIGSTOP), 0);
   char dir[64];
   snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
-  for (int64_t t0 = now_ms(); now_ms() - t0 < 10000; sleep_ms(2)) {
+  for (int64_t t0 = th_now_ms(); th_now_ms() - t0 < 10000; th_sleep_ms(2)) {
     DIR *d = opendir(dir);
     assert_non_null(d);
     bool all = true;
@@ -281,7 +270,7 @@ static pid_t fx_start_server(fx *f) {
   for (int i = 0; i < 1000; i++) {
     if (ez_graph_ping(f->addr, NULL, 0, 200) == 0) return f->server;
     assert_true(kid_alive(f->server));
-    sleep_ms(10);
+    th_sleep_ms(10);
   }
   fail_msg("server at %s did not come up", f->addr);
   return -1;
@@ -354,9 +343,9 @@ static void fx_finish(fx *f) {
   for (int i = 0; i < f->nnames; i++) {
     char p[64];
     snprintf(p, sizeof p, "/dev/shm/%s", f->names[i]);
-    int64_t t0 = now_ms();
-    while (access(p, F_OK) == 0 && now_ms() - t0 < TMO)
-      sleep_ms(20);
+    int64_t t0 = th_now_ms();
+    while (access(p, F_OK) == 0 && th_now_ms() - t0 < TMO)
+      th_sleep_ms(20);
     if (access(p, F_OK) == 0) { /* report it, and do not leave it behind on this machine */
       size_t l = strlen(left);
       snprintf(left + l, sizeof left - l, " %s", f->names[i]);
@@ -366,7 +355,7 @@ static void fx_finish(fx *f) {
   if (*left) fail_msg("segments left in /dev/shm:%s", left);
   int fds = 0;
   for (int i = 0; i < 200 && (fds = th_count_fds()) != f->fds0; i++)
-    sleep_ms(10);
+    th_sleep_ms(10);
   assert_int_equal(fds, f->fds0);
 }
 
@@ -430,13 +419,13 @@ static size_t count_lines(const char *path) {
 static void wait_lines(fx *f, const char *name, size_t n, pid_t pid, int timeout_ms) {
   char p[256];
   fx_path(f, name, p, sizeof p);
-  int64_t t0 = now_ms();
+  int64_t t0 = th_now_ms();
   size_t got = 0;
   while ((got = count_lines(p)) < n) {
-    if (now_ms() - t0 > timeout_ms)
+    if (th_now_ms() - t0 > timeout_ms)
       fail_msg("%s: %zu lines after %d ms, want %zu", name, got, timeout_ms, n);
     if (pid > 0 && !kid_alive(pid)) fail_msg("%s: the process exited after %zu lines", name, got);
-    sleep_ms(10);
+    th_sleep_ms(10);
   }
 }
 
@@ -452,7 +441,7 @@ static pid_t start_sub(fx *f, const char *tag, const char *topic, const char *co
   for (int i = 0; i < 1000; i++) {
     if (access(ready, F_OK) == 0) return pid;
     if (!kid_alive(pid)) fail_msg("ezmsg sub %s exited before subscribing", topic);
-    sleep_ms(10);
+    th_sleep_ms(10);
   }
   fail_msg("ezmsg sub %s did not subscribe within 10 s", topic);
   return -1;
@@ -469,7 +458,7 @@ static void test_pub_killed_shm(void **state) {
                       "--count", "0", "--rate", "500", NULL);
   wait_lines(f, "sub.out", 20, sub, 20000);
   assert_int_equal(fx_kill(f, p1, SIGKILL), 128 + SIGKILL);
-  sleep_ms(200);
+  th_sleep_ms(200);
   assert_true(kid_alive(sub));
 
   pid_t p2 = fx_spawn(f, "p2", "pub", "/faults/pubkill", "--address", f->addr, "--message",
@@ -508,7 +497,7 @@ static void test_pub_killed_tcp(void **state) {
                       "262144", "--count", "0", "--force-tcp", "--num-buffers", "4", NULL);
   wait_lines(f, "sub.out", 3, sub, 20000);
   assert_int_equal(fx_kill(f, p1, SIGKILL), 128 + SIGKILL);
-  sleep_ms(200);
+  th_sleep_ms(200);
   assert_true(kid_alive(sub));
   pid_t p2 = fx_spawn(f, "p2", "pub", "/faults/pubkill_tcp", "--address", f->addr, "--message",
                       "second", "--count", "20", "--force-tcp", NULL);
@@ -648,9 +637,9 @@ static bool server_gone_err(int rc) {
 
 #define ASSERT_FAILS_WITHIN(call, bound_ms)                                                        \
   do {                                                                                             \
-    int64_t t0_ = now_ms();                                                                        \
+    int64_t t0_ = th_now_ms();                                                                     \
     int rc_ = (call);                                                                              \
-    int64_t dt_ = now_ms() - t0_;                                                                  \
+    int64_t dt_ = th_now_ms() - t0_;                                                               \
     if (!server_gone_err(rc_)) fail_msg("%s returned %d (%s)", #call, rc_, ez_strerror(rc_));      \
     if (dt_ > (bound_ms))                                                                          \
       fail_msg("%s took %lld ms (bound %d)", #call, (long long)dt_, (bound_ms));                   \
@@ -670,8 +659,8 @@ static void test_server_killed(void **state) {
   assert_int_equal(ez_sub_create(ctx, "/faults/still", NULL, &still), 0);
   ez_msg m;
   int rc;
-  int64_t t0 = now_ms();
-  while ((rc = ez_recv(live, &m, 200)) == EZ_ETIMEDOUT && now_ms() - t0 < 20000) {
+  int64_t t0 = th_now_ms();
+  while ((rc = ez_recv(live, &m, 200)) == EZ_ETIMEDOUT && th_now_ms() - t0 < 20000) {
   } /* the publisher process may still be registering */
   assert_int_equal(rc, 0);
   assert_memory_equal(m.data, "live", 4);
@@ -680,15 +669,15 @@ static void test_server_killed(void **state) {
   waiter w = {.sub = still};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, recv_forever, &w), 0);
-  sleep_ms(100);
+  th_sleep_ms(100);
   assert_false(atomic_load(&w.done));
 
   assert_int_equal(fx_kill(f, f->server, SIGKILL), 128 + SIGKILL);
 
   /* The waiting receiver wakes up with EZ_ECONNLOST. */
-  t0 = now_ms();
-  while (!atomic_load(&w.done) && now_ms() - t0 < 10000)
-    sleep_ms(10);
+  t0 = th_now_ms();
+  while (!atomic_load(&w.done) && th_now_ms() - t0 < 10000)
+    th_sleep_ms(10);
   if (!atomic_load(&w.done)) fail_msg("ez_recv(-1) still waits 10 s after the server died");
   pthread_join(th, NULL);
   assert_int_equal(w.rc, EZ_ECONNLOST);
@@ -726,8 +715,8 @@ static void test_server_killed(void **state) {
   /* The data plane does not need the server: the stream goes on until its publisher stops;
    * then the receiver drains what was queued and reports the lost server. */
   int got = 0;
-  t0 = now_ms();
-  while (now_ms() - t0 < 500) {
+  t0 = th_now_ms();
+  while (th_now_ms() - t0 < 500) {
     if ((rc = ez_recv(live, &m, 100)) == 0) {
       got++;
       ez_msg_release(&m);
@@ -735,8 +724,8 @@ static void test_server_killed(void **state) {
   }
   int st = fx_kill(f, pub, SIGTERM);
   assert_true(st == 0 || st == 1); /* a clean exit, whatever it thinks of the lost server */
-  t0 = now_ms();
-  while ((rc = ez_recv(live, &m, 500)) == 0 && now_ms() - t0 < 10000)
+  t0 = th_now_ms();
+  while ((rc = ez_recv(live, &m, 500)) == 0 && th_now_ms() - t0 < 10000)
     ez_msg_release(&m);
   assert_int_equal(rc, EZ_ECONNLOST);
   print_message("after the server died: %d message(s) arrived in 0.5 s from the live publisher\n",
@@ -758,20 +747,20 @@ static void test_server_stopped(void **state) {
   ez_graph g = {0};
   char *json = NULL;
   ez_pub *p = NULL;
-  int64_t t0 = now_ms();
+  int64_t t0 = th_now_ms();
   int rc = ez_graph_dag(f->addr, &g, 500);
   assert_int_equal(rc, EZ_ETIMEDOUT);
-  assert_true(now_ms() - t0 <= 500 + SLACK);
-  t0 = now_ms();
+  assert_true(th_now_ms() - t0 <= 500 + SLACK);
+  t0 = th_now_ms();
   assert_int_equal(ez_profile(f->addr, 1.0, &json, 500), EZ_ETIMEDOUT);
-  assert_true(now_ms() - t0 <= 500 + SLACK);
-  t0 = now_ms();
+  assert_true(th_now_ms() - t0 <= 500 + SLACK);
+  t0 = th_now_ms();
   assert_int_equal(ez_graph_connect(f->addr, "/x", "/y", 500), EZ_ETIMEDOUT);
-  assert_true(now_ms() - t0 <= 500 + SLACK);
-  t0 = now_ms();
+  assert_true(th_now_ms() - t0 <= 500 + SLACK);
+  t0 = th_now_ms();
   rc = ez_pub_create(ctx, "/faults/deaf", NULL, &p);
   assert_int_equal(rc, EZ_ETIMEDOUT);
-  assert_true(now_ms() - t0 <= EZ_DEFAULT_TIMEOUT_MS + SLACK);
+  assert_true(th_now_ms() - t0 <= EZ_DEFAULT_TIMEOUT_MS + SLACK);
   assert_int_equal(kill(f->server, SIGCONT), 0);
 
   /* Awake again: the same calls succeed. */
@@ -801,9 +790,9 @@ static void test_pub_stopped(void **state) {
   wait_lines(f, "sub.out", 5, sub, 20000);
   stop_process(p1);
   char *json = NULL;
-  int64_t t0 = now_ms();
+  int64_t t0 = th_now_ms();
   assert_int_equal(ez_profile(f->addr, 1.0, &json, 20000), 0);
-  int64_t dt = now_ms() - t0;
+  int64_t dt = th_now_ms() - t0;
   if (dt > 1000 + SLACK)
     fail_msg("ez_profile took %lld ms with a stopped publisher", (long long)dt);
   ez_profile_data pd;
@@ -945,7 +934,7 @@ static void test_channel_cut_mid_message(void **state) {
     assert_int_equal(n, full_len);
     rp_wr(fp.data, fr, cuts[k]);
     free(fr);
-    sleep_ms(50); /* let the channel read the part */
+    th_sleep_ms(50); /* let the channel read the part */
     close(fp.data);
     assert_int_equal(ez_recv(sub, &m, 300), EZ_ETIMEDOUT);
     /* The publisher leaves too; the subscriber drops its channel. */

@@ -73,17 +73,6 @@ static int teardown(void **state) {
   return rc;
 }
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 /* ---- graph helpers ------------------------------------------------------------------------------
  */
 
@@ -329,7 +318,7 @@ static void test_edge_routing(void **state) {
   rp_expect_u8(sub, UPDATE);
   rp_rd_str(sub, ids, sizeof ids);
   assert_string_equal(ids, pub_id);
-  sleep_ms(300); /* the connect must still be waiting for us */
+  th_sleep_ms(300); /* the connect must still be waiting for us */
   assert_int_equal(atomic_load(&e.done), 0);
   rp_wr_u8(sub, COMPLETE);
   pthread_join(t, NULL);
@@ -355,7 +344,7 @@ static void test_edge_routing(void **state) {
   assert_string_equal(ids, "");
   rp_sub_update(sub_c, ids, sizeof ids);
   assert_string_equal(ids, "");
-  sleep_ms(200);
+  th_sleep_ms(200);
   assert_int_equal(atomic_load(&e3.done), 0);
   rp_wr_u8(sub, COMPLETE);
   pthread_join(t, NULL);
@@ -419,9 +408,9 @@ typedef struct profile_call {
 
 static void *profile_thread(void *arg) {
   profile_call *p = arg;
-  int64_t t0 = now_ms();
+  int64_t t0 = th_now_ms();
   p->rc = ez_profile(p->addr, 2.0, &p->json, 10000);
-  p->elapsed_ms = now_ms() - t0;
+  p->elapsed_ms = th_now_ms() - t0;
   return NULL;
 }
 
@@ -546,7 +535,7 @@ static void test_sync(void **state) {
   rp_expect_u8(p1, SYNC);
   rp_expect_u8(p2, SYNC);
   rp_wr_u8(p1, COMPLETE);
-  sleep_ms(300); /* still waiting for p2 */
+  th_sleep_ms(300); /* still waiting for p2 */
   assert_int_equal(atomic_load(&s.done), 0);
   rp_wr_u8(p2, COMPLETE);
   pthread_join(t, NULL);
@@ -558,7 +547,7 @@ static void test_sync(void **state) {
   rp_expect_u8(p1, SYNC);
   rp_expect_u8(p2, SYNC);
   rp_wr_u8(p2, COMPLETE);
-  sleep_ms(200);
+  th_sleep_ms(200);
   assert_int_equal(atomic_load(&s.done), 0);
   close(p1);
   pthread_join(t, NULL);
@@ -604,7 +593,7 @@ static bool shm_exists(const char *name) {
 static bool shm_gone_within(const char *name, int ms) {
   for (int waited = 0; waited < ms; waited += 10) {
     if (!shm_exists(name)) return true;
-    sleep_ms(10);
+    th_sleep_ms(10);
   }
   return !shm_exists(name);
 }

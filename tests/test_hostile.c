@@ -51,11 +51,6 @@ enum {
   PROFILE_DATA = 22,
 };
 
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 /* ---- graph helpers ------------------------------------------------------------------------------
  */
 
@@ -528,7 +523,7 @@ static void test_subscriber_never_reads(void **state) {
 static void send_slowly(int fd, const uint8_t *p, size_t n) {
   for (size_t i = 0; i < n; i++) {
     rp_wr(fd, p + i, 1);
-    sleep_ms(2);
+    th_sleep_ms(2);
   }
 }
 

@@ -55,18 +55,6 @@ enum { COMPLETE = 0, PUBLISH = 1, CHANNEL = 18, PROFILE = 21, PROFILE_DATA = 22 
 
 /* ---- time ------------------------------------------------------------------------------------ */
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
 /* ---- fixture: one `ezmsg serve` per test, and the children it started ------------------------ */
 
 #define MAX_CHILDREN 16
@@ -169,9 +157,9 @@ static child spawn_child(child_fn fn, void *arg) {
 static void child_ready(child *c, char *out, size_t cap) {
   char line[1024];
   size_t n = 0;
-  int64_t deadline = now_ms() + READY_MS;
+  int64_t deadline = th_now_ms() + READY_MS;
   while (n < sizeof line - 1) {
-    int left = (int)(deadline - now_ms());
+    int left = (int)(deadline - th_now_ms());
     struct pollfd pf = {.fd = c->rfd, .events = POLLIN};
     int r = left > 0 ? poll(&pf, 1, left) : 0;
     if (r < 0 && errno == EINTR) continue;
@@ -231,7 +219,7 @@ static void pub_child(int wfd, void *arg) {
   }
   child_say(wfd, "OK %s", ids);
   while (a->hz <= 0)
-    sleep_ms(1000); /* an idle publisher: registered, never publishes */
+    th_sleep_ms(1000); /* an idle publisher: registered, never publishes */
   static uint8_t buf[PAYLOAD];
   memset(buf, 0xa5, sizeof buf);
   struct timespec next;
@@ -281,13 +269,13 @@ static void sub_child(int wfd, void *arg) {
   }
   child_say(wfd, "OK %s", ids);
   while (a->hold_ms < 0)
-    sleep_ms(1000); /* never receives: messages stay queued */
+    th_sleep_ms(1000); /* never receives: messages stay queued */
   for (;;) {
     if (poll(pf, (nfds_t)n, 200) < 0 && errno != EINTR) _exit(5);
     for (size_t i = 0; i < n; i++) {
       ez_msg m;
       while ((rc = ez_recv(subs[i], &m, 0)) == 0) {
-        if (a->hold_ms) sleep_ms(a->hold_ms);
+        if (a->hold_ms) th_sleep_ms(a->hold_ms);
         ez_msg_release(&m);
       }
       CHILD_CHECK(wfd, rc == EZ_EAGAIN || rc == EZ_ETIMEDOUT, "ez_recv: %s", ez_strerror(rc));
@@ -370,7 +358,7 @@ static void rate_and_processing(const char *addr, bool force_tcp, const char *wa
   char pub_id[64];
   child_ready(&pub, pub_id, sizeof pub_id);
   /* 3 s of traffic: the 2 s window sees steady state only. */
-  sleep_ms(3000);
+  th_sleep_ms(3000);
   char *json = profile(addr, 2.0);
   ez_profile_data d;
   assert_int_equal(ez_profile_parse(json, &d), 0);
@@ -507,7 +495,7 @@ static void test_local_and_context_profile(void **state) {
     ez_msg m;
     assert_int_equal(ez_recv(sub, &m, TMO), 0);
     assert_int_equal(m.len, PAYLOAD);
-    sleep_ms(1);
+    th_sleep_ms(1);
     ez_msg_release(&m);
   }
   assert_int_equal(ez_pub_flush(pub, TMO), 0);
@@ -521,13 +509,13 @@ static void test_local_and_context_profile(void **state) {
   assert_int_equal(kill(f->server, SIGSTOP), 0);
   ctx_profile_call call = {.ctx = ctx};
   pthread_t t;
-  int64_t t0 = now_ms();
+  int64_t t0 = th_now_ms();
   assert_int_equal(pthread_create(&t, NULL, ctx_profile_thread, &call), 0);
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += 3;
   int jr = pthread_timedjoin_np(t, NULL, &until);
-  int64_t took = now_ms() - t0;
+  int64_t took = th_now_ms() - t0;
   kill(f->server, SIGCONT);
   if (jr != 0) {
     pthread_join(t, NULL);
@@ -606,11 +594,11 @@ static void test_silent_and_leaving_clients(void **state) {
   int fchan = fake_channel(f->addr, pub_id, fchan_id);
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, leaver_thread, &lv), 0);
-  sleep_ms(1000); /* some traffic for the real pair */
+  th_sleep_ms(1000); /* some traffic for the real pair */
 
-  int64_t t0 = now_ms();
+  int64_t t0 = th_now_ms();
   char *json = profile(f->addr, 2.0);
-  int64_t took = now_ms() - t0;
+  int64_t took = th_now_ms() - t0;
   pthread_join(t, NULL);
   assert_true(atomic_load(&lv.got_request));
   print_message("    profile with 2 silent clients and 1 leaving: %lld ms\n", (long long)took);
@@ -713,9 +701,9 @@ static void test_bug_sub_destroy_with_queued_message(void **state) {
   pub_args pa = {.addr = f->addr, .topics = {"/bug/remote"}, .hz = 200};
   child pub = spawn_child(pub_child, &pa);
   child_ready(&pub, NULL, 0);
-  sleep_ms(500); /* the subscriber's queue fills up (32 messages, then backpressure) */
+  th_sleep_ms(500); /* the subscriber's queue fills up (32 messages, then backpressure) */
   child_stop(&pub);
-  sleep_ms(1000);
+  th_sleep_ms(1000);
   int status = 0;
   if (waitpid(sub.pid, &status, WNOHANG) == sub.pid) {
     for (int i = 0; i < MAX_CHILDREN; i++)
@@ -748,7 +736,7 @@ static void *mutual_publisher(void *arg) {
   ez_pub *p = arg;
   for (;;) {
     ez_publish(p, "ping", 4, 1000);
-    sleep_ms(10);
+    th_sleep_ms(10);
   }
   return NULL;
 }
@@ -766,10 +754,10 @@ static void mutual_child(int wfd, void *arg) {
   child_say(wfd, "OK");
   char go;
   CHILD_CHECK(wfd, read(a->go_fd, &go, 1) == 1, "no go");
-  int64_t t0 = now_ms();
+  int64_t t0 = th_now_ms();
   ez_sub *s = NULL;
   rc = ez_sub_create(ctx, a->theirs, NULL, &s);
-  int64_t took = now_ms() - t0;
+  int64_t took = th_now_ms() - t0;
   CHILD_CHECK(wfd, rc == 0, "ez_sub_create: %s", ez_strerror(rc));
   ez_msg m;
   rc = ez_recv(s, &m, 3000);
@@ -840,7 +828,7 @@ static void churn_child(int wfd, void *arg) {
       rc = ez_recv(ls, &m, 1000);
       CHILD_CHECK(wfd, rc == 0, "ez_recv: %s", ez_strerror(rc));
       ez_msg_release(&m);
-      sleep_ms(10);
+      th_sleep_ms(10);
       ez_sub_destroy(ls);
       ez_pub_destroy(lp);
       ez_sub_destroy(s);
@@ -850,7 +838,7 @@ static void churn_child(int wfd, void *arg) {
       ez_pub *p = NULL;
       rc = ez_pub_create(ctx, "/churn/idle2", NULL, &p);
       CHILD_CHECK(wfd, rc == 0, "ez_pub_create: %s", ez_strerror(rc));
-      sleep_ms(20);
+      th_sleep_ms(20);
       ez_pub_destroy(p);
     }
     atomic_fetch_add(&a->sh->cycles[a->which], 1);
@@ -886,12 +874,12 @@ static void test_profile_under_churn(void **state) {
   long before0 = atomic_load(&sh->cycles[0]), before1 = atomic_load(&sh->cycles[1]);
   int calls = 0, with_stable = 0;
   size_t most_pubs = 0, most_chans = 0;
-  int64_t worst = 0, t_end = now_ms() + 6000;
-  while (now_ms() < t_end || calls < 10) {
-    int64_t t0 = now_ms();
+  int64_t worst = 0, t_end = th_now_ms() + 6000;
+  while (th_now_ms() < t_end || calls < 10) {
+    int64_t t0 = th_now_ms();
     char *json = NULL;
     int rc = ez_profile(f->addr, 0.5, &json, 10000);
-    int64_t took = now_ms() - t0;
+    int64_t took = th_now_ms() - t0;
     if (took > worst) worst = took;
     if (rc) fail_msg("profile %d under churn: %s", calls, ez_strerror(rc));
     ez_profile_data d;
@@ -904,7 +892,7 @@ static void test_profile_under_churn(void **state) {
     ez_profile_data_free(&d);
     free(json);
     calls++;
-    sleep_ms(50);
+    th_sleep_ms(50);
   }
   long cyc0 = atomic_load(&sh->cycles[0]) - before0, cyc1 = atomic_load(&sh->cycles[1]) - before1;
   print_message("    %d profiles under churn (%ld + %ld create/destroy cycles), slowest %lld ms, "
@@ -938,7 +926,7 @@ static void test_window_edges(void **state) {
   child pub = spawn_child(pub_child, &pa);
   char pub_id[64];
   child_ready(&pub, pub_id, sizeof pub_id);
-  sleep_ms(1500);
+  th_sleep_ms(1500);
 
   const double zeros[] = {0.0, -1.0, NAN, -INFINITY};
   for (size_t i = 0; i < sizeof zeros / sizeof zeros[0]; i++) {
@@ -1021,7 +1009,7 @@ static void test_parse_real_document(void **state) {
   pub_args pa = {.addr = f->addr, .topics = {"/doc/a", "/doc/b"}, .hz = 100};
   child pub = spawn_child(pub_child, &pa);
   child_ready(&pub, NULL, 0);
-  sleep_ms(1500);
+  th_sleep_ms(1500);
 
   char *json = profile(f->addr, 1.0);
   json_t *doc = load_json(json);
@@ -1106,7 +1094,7 @@ static void test_cli_table(void **state) {
   pub_args pa = {.addr = f->addr, .topics = {long_topic, "/cli/short"}, .hz = 100};
   child pub = spawn_child(pub_child, &pa);
   child_ready(&pub, NULL, 0);
-  sleep_ms(1200);
+  th_sleep_ms(1200);
 
   static char out[65536];
   int rc = th_run(out, sizeof out, "'%s' profile --address %s --window 1 --format table", th_cli(),
@@ -1139,7 +1127,7 @@ static void test_cli_watch(void **state) {
   unlink(path);
   pid_t pid = th_spawn_cli(fd, "profile", "--address", f->addr, "--format", "table", "--window",
                            "0.5", "--watch", "0.3", NULL);
-  sleep_ms(1500);
+  th_sleep_ms(1500);
   int st = th_stop(pid, SIGINT, TMO);
   assert_int_equal(st, 0);
   static char out[65536];
