@@ -122,22 +122,50 @@ assert all(d["publishers"] == [] for d in docs)
 EOF
 pass "ezmsg profile --watch (JSON): documents separated by blank lines, exit 0 on SIGTERM"
 
-# On a terminal (script(1) provides one): the screen is cleared before every table.
-if command -v script >/dev/null 2>&1; then
-  script -qfec "'$EZ_CLI' profile --address '$ADDR' --format table --watch 0.2" "$T/tty" \
-    >/dev/null 2>&1 </dev/null &
-  SPID=$!
-  ez_track "$SPID"
-  sleep 1.2
-  CPID=$(ps -o pid= --ppid "$SPID" | tr -d ' ' | head -n 1) # the ezmsg under script
-  [ -n "$CPID" ] || fail "--watch on a terminal: not running"
-  kill -INT "$CPID"
-  RC=0
-  wait "$SPID" || RC=$? # script -e: the status of ezmsg
-  assert_eq 0 "$RC" "--watch on a terminal: exit status after SIGINT"
-  grep -q $'\033\[H\033\[2J' "$T/tty" || fail "--watch on a terminal: no clear-screen sequence"
-  pass "ezmsg profile --watch on a terminal clears the screen"
-fi
+# On a terminal (a pty made by python3, so the pid we signal is ezmsg's own and every wait is
+# bounded): the screen is cleared before every table, and SIGINT ends it with status 0.
+python3 - "$EZ_CLI" "$ADDR" "$T/tty" <<'EOF' || fail "--watch on a terminal"
+import os, pty, select, signal, sys, time
+cli, addr, out = sys.argv[1:4]
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(cli, [cli, "profile", "--address", addr, "--format", "table", "--watch", "0.2"])
+data = b""
+def pump(secs):
+    global data
+    end = time.monotonic() + secs
+    while time.monotonic() < end:
+        r, _, _ = select.select([fd], [], [], 0.05)
+        if r:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                return False  # EIO: the child closed the terminal
+            if not chunk:
+                return False
+            data += chunk
+    return True
+pump(1.2)
+os.kill(pid, signal.SIGINT)
+pump(5)
+status = None
+for _ in range(500):
+    wpid, st = os.waitpid(pid, os.WNOHANG)
+    if wpid == pid:
+        status = st
+        break
+    time.sleep(0.01)
+if status is None:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    sys.exit("ezmsg profile --watch did not exit within 5 s of SIGINT")
+open(out, "wb").write(data)
+if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+    sys.exit("exit status after SIGINT: %r" % status)
+if data.count(b"\033[H\033[2J") < 2:
+    sys.exit("fewer than two clear-screen sequences")
+EOF
+pass "ezmsg profile --watch on a terminal clears the screen, exit 0 on SIGINT"
 
 # ---- no server -----------------------------------------------------------------------------------
 ez_stop "$EZ_SERVE_PID" TERM
