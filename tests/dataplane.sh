@@ -32,7 +32,7 @@ start_sub() {
 wait_sub() {
   ez_wait_gone "$SUB" 30 || fail "ezmsg sub did not exit: $(cat "$SUB_ERR")"
   SUB_RC=0
-  wait "$SUB" || SUB_RC=$?
+  ez_join "$SUB" || SUB_RC=$?
 }
 
 # ---- usage errors: exit 2, usage on stderr, nothing on stdout -----------------------------------
@@ -156,7 +156,7 @@ wait_sub
 assert_eq 0 "$SUB_RC" "sub exit status"
 assert_eq "$(printf 'late\nlate')" "$(cat "$SUB_OUT")" "pub --wait-subscribers"
 ez_wait_gone "$PUB" 20 || fail "pub --wait-subscribers did not finish"
-wait "$PUB" || fail "pub --wait-subscribers exited $?: $(cat "$T/waiter.err")"
+ez_join "$PUB" || fail "pub --wait-subscribers exited $?: $(cat "$T/waiter.err")"
 pass "pub --wait-subscribers 1: publishes once the subscriber is there"
 
 # ---- SIGTERM ends pub --count 0 and sub cleanly ---------------------------------------------------

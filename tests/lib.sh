@@ -48,6 +48,19 @@ ez_stop() {
   wait "$pid" 2>/dev/null
 }
 
+# Waits for our child PID to exit, at most SECS (default 30), and returns its exit status. A child
+# still running then is killed and 124 returned, so no test waits forever.
+ez_join() {
+  local pid=$1 secs=${2:-30}
+  if ! ez_wait_gone "$pid" "$secs"; then
+    echo "pid $pid still running after ${secs} s: killed" >&2
+    kill -s KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null
+    return 124
+  fi
+  wait "$pid"
+}
+
 ez_cleanup() {
   local pid
   for pid in "${EZ_PIDS[@]+"${EZ_PIDS[@]}"}"; do

@@ -362,7 +362,7 @@ if "$EZ_CLI" pub --help 2>/dev/null | grep -q -- '--host'; then
   wait_lines "$T/remote3.out" $COUNT "$REMOTE" "the subscriber on $SUB_IP"
   cmp -s "$T/want" "$T/remote3.out" || fail "ezmsg pub --host -> $SUB_IP: other messages"
   ez_wait_gone "$PUB" 30 || fail "ezmsg pub --host did not finish"
-  wait "$PUB" || fail "ezmsg pub --host exited $?: $(cat "$T/cli.err")"
+  ez_join "$PUB" || fail "ezmsg pub --host exited $?: $(cat "$T/cli.err")"
   ez_stop "$REMOTE" TERM || fail "subscriber exited $? on SIGTERM"
   pass "ezmsg pub --host $PUB_IP reaches $SUB_IP over TCP"
 else

@@ -95,7 +95,7 @@ ez_track "$WPID"
 sleep 1.2
 kill -INT "$WPID"
 RC=0
-wait "$WPID" || RC=$?
+ez_join "$WPID" 10 || RC=$?
 assert_eq 0 "$RC" "--watch exit status after SIGINT"
 n=$(grep -c "^graph server " "$T/watch")
 [ "$n" -ge 2 ] || fail "--watch: $n tables in 1.2 s at 0.2 s intervals"
@@ -112,7 +112,7 @@ ez_track "$WPID"
 sleep 0.7
 kill -TERM "$WPID"
 RC=0
-wait "$WPID" || RC=$?
+ez_join "$WPID" 10 || RC=$?
 assert_eq 0 "$RC" "--watch exit status after SIGTERM"
 python3 - "$T/watchj" <<'EOF' || fail "--watch json: not a series of documents"
 import json, sys
