@@ -100,7 +100,8 @@ int ezi_graph_open(const char *address, uint64_t deadline, char *version, size_t
   int rc = ezi_io_read_str(fd, &ver, NULL, 256, deadline);
   if (rc) {
     close(fd);
-    return rc == EZ_ECONNLOST ? EZ_ENOSERVER : rc;
+    /* Accepted, then closed before the greeting: a server at its client limit does that. */
+    return rc == EZ_ECONNLOST ? EZ_EREFUSED : rc;
   }
   if (strcmp(ver, EZ_VERSION) != 0)
     EZI_WARN("version mismatch: graph server %s, client %s", ver, EZ_VERSION);

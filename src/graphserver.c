@@ -24,7 +24,7 @@
 
 #define IN_LIMIT (2 * (size_t)EZ_MAX_CONTROL_STR + 64) /* the largest request: two strings */
 #define OUT_LIMIT ((size_t)16 << 20) /* a client that lets more pile up is dropped */
-#define MAX_CONNS 4096
+#define MAX_CONNS 4096               /* default client limit */
 #define MAX_SEGMENTS 4096
 #define PROFILE_TIMEOUT_NS 1000000000ull
 #define UPDATE_TIMEOUT_NS 30000000000ull
@@ -103,6 +103,7 @@ struct ez_server {
   ezi_watch listen;
   conn *conns;
   size_t n_conns;
+  size_t max_conns; /* client limit */
   ezi_dag *dag;
   segment *segs;
   size_t n_segs;
@@ -754,8 +755,8 @@ static void on_accept(ezi_watch *w, uint32_t ev) {
         EZI_WARN("graph server: accept: %s", strerror(errno));
       return;
     }
-    if (s->n_conns >= MAX_CONNS) {
-      EZI_WARN("graph server: %d connections already; refusing another", MAX_CONNS);
+    if (s->n_conns >= s->max_conns) {
+      EZI_WARN("graph server: %zu clients already (the limit); refusing another", s->max_conns);
       close(fd);
       continue;
     }
@@ -804,12 +805,18 @@ static void *server_thread(void *arg) {
 }
 
 int ez_server_start(const char *address, ez_server **out) {
+  return ez_server_start_opts(address, NULL, out);
+}
+
+int ez_server_start_opts(const char *address, const ez_server_opts *opts, ez_server **out) {
   char addr[300], host[256];
   uint16_t port;
+  if (opts && opts->max_clients < 0) return EZ_EINVAL;
   ezi_addr_resolve(address, addr);
   if (!out || ezi_addr_parse(addr, host, &port)) return EZ_EADDR;
   server *s = calloc(1, sizeof *s);
   if (!s) return EZ_ENOMEM;
+  s->max_conns = opts && opts->max_clients ? (size_t)opts->max_clients : MAX_CONNS;
   int rc = ezi_loop_new(&s->loop);
   if (rc) {
     free(s);

@@ -24,6 +24,7 @@ const char *ez_strerror(int err) {
   case EZ_EADDR: return "bad or unusable address";
   case EZ_ESYS: return "system call failed";
   case EZ_ECYCLIC: return "would create a cycle";
+  case EZ_EREFUSED: return "the graph server refused the connection (at its client limit?)";
   default: return "unknown error";
   }
 }

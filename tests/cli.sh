@@ -185,4 +185,33 @@ assert_contains "$T/err" "$ADDR" "serve on a taken port"
 ez_stop "$EZ_SERVE_PID" TERM || fail "serve exit status"
 pass "serve on a taken port: exit 1"
 
+# --max-clients: bad values are usage errors; a client past the limit is told so (exit 1).
+for bad in 0 -1 x 1.5 ""; do
+  expect_rc 2 "$EZ_CLI" serve --address 127.0.0.1:0 --max-clients "$bad"
+  expect_rc 2 "$EZ_CLI" start --address 127.0.0.1:0 --max-clients "$bad"
+done
+ADDR=$(ez_free_address)
+"$EZ_CLI" serve --address "$ADDR" --max-clients 1 >"$T/lim.out" 2>"$T/lim.err" &
+LIM=$!
+ez_track "$LIM"
+ez_wait_server "$ADDR" || fail "ezmsg serve --max-clients 1 did not come up"
+exec 7<>"/dev/tcp/${ADDR%:*}/${ADDR##*:}" # the one client it serves
+for ((i = 0; i < 100; i++)); do # until the server has counted it (pings in between are refused)
+  run "$EZ_CLI" graphviz --address "$ADDR"
+  [ "$RC" = 1 ] && grep -q "client limit" "$T/err" && break
+  sleep 0.05
+done
+expect_rc 1 "$EZ_CLI" graphviz --address "$ADDR"
+assert_lines "$T/err" 1 "graphviz past the client limit"
+assert_contains "$T/err" "client limit" "graphviz past the client limit"
+exec 7<&-
+for ((i = 0; i < 100; i++)); do
+  run "$EZ_CLI" graphviz --address "$ADDR"
+  [ "$RC" = 0 ] && break
+  sleep 0.05
+done
+expect_rc 0 "$EZ_CLI" graphviz --address "$ADDR"
+ez_stop "$LIM" TERM || fail "serve --max-clients exit status"
+pass "serve --max-clients: bad values exit 2; past the limit: exit 1 naming the limit"
+
 echo "all CLI tests passed"

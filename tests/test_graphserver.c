@@ -679,6 +679,63 @@ static void test_shm_api(void **state) {
   ez_shm_close(c);
 }
 
+/* `ezmsg serve --max-clients 2`: a third client is refused (EZ_EREFUSED, not "no server"), the
+ * clients served are unaffected, and once one leaves a new client is served again. */
+/* A raw client that the server greeted (its version string read), or -1 if the server closed
+ * the connection at once (its client limit). */
+static int greeted_client(const char *addr) {
+  int fd = rp_open(addr);
+  uint64_t n = 0;
+  char ver[64];
+  if (rp_rd_exact(fd, &n, 8, TMO) == 0 && n < sizeof ver && rp_rd_exact(fd, ver, n, TMO) == 0) {
+    ver[n] = 0;
+    assert_string_equal(ver, EZ_VERSION);
+    return fd;
+  }
+  close(fd);
+  return -1;
+}
+
+static void test_client_limit(void **state) {
+  fixture *f = *state;
+  th_stop(f->pid, SIGTERM, TMO); /* this test needs its own server, with a limit */
+  f->pid = th_spawn_cli(-1, "serve", "--address", f->addr, "--max-clients", "2", NULL);
+  int rc = EZ_ENOSERVER;
+  for (int i = 0; i < 500 && rc == EZ_ENOSERVER; i++) { /* until it listens */
+    rc = ez_graph_ping(f->addr, NULL, 0, TMO);
+    if (rc) th_sleep_ms(10);
+  }
+  assert_int_equal(rc, 0);
+  /* Two clients; the ping's connection may not have been counted out yet, hence the retries. */
+  int a = -1, b = -1;
+  for (int i = 0; i < 500 && (a < 0 || b < 0); i++) {
+    if (a < 0) a = greeted_client(f->addr);
+    if (a >= 0 && b < 0) b = greeted_client(f->addr);
+    if (a < 0 || b < 0) th_sleep_ms(10);
+  }
+  assert_true(a >= 0 && b >= 0);
+  assert_int_equal(ez_graph_ping(f->addr, NULL, 0, TMO), EZ_EREFUSED);
+  assert_int_equal(ez_graph_connect(f->addr, "/x", "/y", TMO), EZ_EREFUSED);
+  assert_string_equal(ez_strerror(EZ_EREFUSED),
+                      "the graph server refused the connection (at its client limit?)");
+
+  rp_wr_cmd(b, CONNECT, "/a", "/b"); /* the clients served still are */
+  uint8_t c = 0xff;
+  assert_int_equal(rp_rd_exact(b, &c, 1, TMO), 0);
+  assert_int_equal(c, COMPLETE);
+
+  /* The server hangs up after a CONNECT: b's slot frees up once it has. */
+  rc = EZ_EREFUSED;
+  for (int i = 0; i < 500 && rc == EZ_EREFUSED; i++) {
+    rc = ez_graph_ping(f->addr, NULL, 0, TMO);
+    if (rc == EZ_EREFUSED) th_sleep_ms(10);
+  }
+  assert_int_equal(rc, 0);
+  assert_true(rp_quiet_for(a, 50)); /* a was never disturbed */
+  close(a);
+  close(b);
+}
+
 static void test_no_server(void **state) {
   (void)state;
   char addr[64];
@@ -703,6 +760,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_pause_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_shm_leases, setup, teardown),
       cmocka_unit_test_setup_teardown(test_shm_api, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_client_limit, setup, teardown),
       cmocka_unit_test(test_no_server),
   };
   signal(SIGPIPE, SIG_IGN);

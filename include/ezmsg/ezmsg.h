@@ -53,6 +53,8 @@ enum {
   EZ_EADDR = -99,      /* address unparsable, or cannot be bound */
   EZ_ESYS = -5,        /* an unexpected system call failure (see the log) */
   EZ_ECYCLIC = -4001,  /* CONNECT would create a cycle in the topic graph */
+  EZ_EREFUSED = -4002, /* the graph server closed the connection before greeting: it is at its
+                        * client limit (or what answers is not a graph server) */
 };
 
 /* Returns a static, human-readable name for an EZ_E* code (or "unknown error"). Any thread. */
@@ -82,6 +84,15 @@ typedef struct ez_server ez_server;
  * The caller owns *out and must ez_server_stop() it. Any thread. */
 int ez_server_start(const char *address, ez_server **out);
 
+/* Options of ez_server_start_opts. Zero-initialise, then set what you need. */
+typedef struct ez_server_opts {
+  int max_clients; /* connections served at once; 0: 4096. One more is accepted and closed at once,
+                    * which a client of this library reports as EZ_EREFUSED. */
+} ez_server_opts;
+
+/* ez_server_start with options (NULL: the defaults). EZ_EINVAL if max_clients < 0. */
+int ez_server_start_opts(const char *address, const ez_server_opts *opts, ez_server **out);
+
 /* The address the server listens on ("host:port", port resolved). Owned by the server. */
 const char *ez_server_address(const ez_server *srv);
 
@@ -95,7 +106,8 @@ void ez_server_stop(ez_server *srv);
 
 /* ---------------------------------------------------------------------------------------------
  * One-shot graph requests (each opens its own connection to the graph server at `address`)
- * All are thread-safe. EZ_ENOSERVER if nothing listens; EZ_ETIMEDOUT after timeout_ms.
+ * All are thread-safe. EZ_ENOSERVER if nothing listens; EZ_EREFUSED if the server is at its
+ * client limit; EZ_ETIMEDOUT after timeout_ms.
  * ------------------------------------------------------------------------------------------- */
 
 /* Connects, reads the server's version string and hangs up. If `version` is non-NULL it receives

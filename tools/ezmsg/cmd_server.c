@@ -16,6 +16,22 @@
 
 #define START_TIMEOUT_MS 5000
 
+static const struct option server_opts[] = {{"max-clients", required_argument, NULL, 'c'}, {0}};
+#define SERVER_OPTS_HELP                                                                           \
+  "  -c, --max-clients N  serve at most N clients at once (default 4096); one more is\n"           \
+  "                     refused, and it reports that the server is at its client limit\n"
+
+/* --max-clients into an ez_server_opts. */
+static int server_opt(int opt, const char *arg, void *user) {
+  ez_server_opts *o = user;
+  char *end;
+  errno = 0;
+  long v = opt == 'c' ? strtol(arg, &end, 10) : -1;
+  if (opt != 'c' || errno || end == arg || *end || v < 1 || v > 1000000) return -1;
+  o->max_clients = (int)v;
+  return 0;
+}
+
 static const cli_spec serve_spec = {
     .name = "serve",
     .args = "",
@@ -25,6 +41,9 @@ static const cli_spec serve_spec = {
     .min_args = 0,
     .max_args = 0,
     .listen = true,
+    .opts = server_opts,
+    .opts_short = "c:",
+    .opts_help = SERVER_OPTS_HELP,
 };
 
 static const cli_spec start_spec = {
@@ -35,6 +54,9 @@ static const cli_spec start_spec = {
              "or by signalling that pid.",
     .min_args = 0,
     .max_args = 0,
+    .opts = server_opts,
+    .opts_short = "c:",
+    .opts_help = SERVER_OPTS_HELP,
 };
 
 /* Blocks SIGINT and SIGTERM (taken with sigtimedwait instead), then resets their dispositions:
@@ -63,12 +85,13 @@ static void run_until_stopped(ez_server *srv, const sigset_t *set) {
 
 int cmd_serve(int argc, char **argv) {
   cli_ctx ctx;
-  int rc = cli_parse(&serve_spec, argc, argv, &ctx, NULL, NULL);
+  ez_server_opts opts = {0};
+  int rc = cli_parse(&serve_spec, argc, argv, &ctx, server_opt, &opts);
   if (rc >= 0) return rc;
   sigset_t set;
   block_stop_signals(&set); /* before the server thread exists, so it inherits the mask */
   ez_server *srv = NULL;
-  rc = ez_server_start(ctx.address, &srv);
+  rc = ez_server_start_opts(ctx.address, &opts, &srv);
   if (rc) {
     fprintf(stderr, "ezmsg: cannot serve on %s: %s\n", ctx.shown, ez_strerror(rc));
     return 1;
@@ -109,7 +132,7 @@ static void close_other_fds(int keep) {
 }
 
 /* The background server process: reports ez_server_start's result through `report`. */
-static void daemon_main(const cli_ctx *ctx, int report) {
+static void daemon_main(const cli_ctx *ctx, const ez_server_opts *opts, int report) {
   close_other_fds(report);
   setsid();
   int null = open("/dev/null", O_RDWR);
@@ -124,7 +147,7 @@ static void daemon_main(const cli_ctx *ctx, int report) {
   sigset_t set;
   block_stop_signals(&set);
   ez_server *srv = NULL;
-  int32_t rc = ez_server_start(ctx->address, &srv);
+  int32_t rc = ez_server_start_opts(ctx->address, opts, &srv);
   ssize_t w;
   do
     w = write(report, &rc, sizeof rc);
@@ -137,7 +160,8 @@ static void daemon_main(const cli_ctx *ctx, int report) {
 
 int cmd_start(int argc, char **argv) {
   cli_ctx ctx;
-  int rc = cli_parse(&start_spec, argc, argv, &ctx, NULL, NULL);
+  ez_server_opts opts = {0};
+  int rc = cli_parse(&start_spec, argc, argv, &ctx, server_opt, &opts);
   if (rc >= 0) return rc;
   if (ez_graph_ping(ctx.address, NULL, 0, 1000) == 0) {
     fprintf(stderr, "ezmsg: a graph server already answers at %s\n", ctx.shown);
@@ -157,7 +181,7 @@ int cmd_start(int argc, char **argv) {
   }
   if (pid == 0) {
     close(fds[0]);
-    daemon_main(&ctx, fds[1]);
+    daemon_main(&ctx, &opts, fds[1]);
   }
   close(fds[1]);
 
