@@ -84,10 +84,14 @@ static long data_frame(chan *c, uint64_t now) {
 
 #define GONE (-100000) /* the channel may have been freed: touch nothing */
 
-/* The link failed: close it; a channel still connecting tells its subscribers (and may go). */
+/* The link failed: close it and tell the subscribers, which leave to join again (the channel may
+ * be gone when this returns). */
 static void fail(chan *c, int rc) {
   ezi_chan_link_close(c);
-  if (c->state == CH_CONNECTING) ezi_chan_link_done(c, rc);
+  if (c->state == CH_CONNECTING)
+    ezi_chan_link_done(c, rc);
+  else
+    ezi_chan_link_lost(c);
 }
 
 /* The publisher's side of the handshake: str shm_name, then (after our SHM_OK / FAILED and pid)

@@ -14,6 +14,26 @@
 
 const char *ezi_chan_pub_id(const chan *c) { return c->pub_id; }
 
+bool ezi_chan_failed(const chan *c) { return c->state == CH_FAILED; }
+
+bool ezi_chan_msg_owned(chan_sub *cs, uint64_t msg_id) {
+  chan *c = cs->ch;
+  pthread_mutex_lock(&c->mu);
+  const slot *sl = c->slots && c->nbuf ? &c->slots[msg_id % c->nbuf] : NULL;
+  bool owned = sl && sl->live && sl->msg_id == msg_id && sl->owned;
+  pthread_mutex_unlock(&c->mu);
+  return owned;
+}
+
+ez_sub *ezi_chan_sub_owner(const chan_sub *cs) { return cs->sub; }
+
+bool ezi_chan_sub_idle(chan_sub *cs) {
+  pthread_mutex_lock(&cs->ch->mu);
+  bool idle = cs->in_flight == 0;
+  pthread_mutex_unlock(&cs->ch->mu);
+  return idle;
+}
+
 /* ---- slots --------------------------------------------------------------------------------- */
 
 static void slot_clear(slot *s) {
@@ -25,7 +45,8 @@ static void slot_clear(slot *s) {
 
 void ezi_chan_wake_subs(chan *c) {
   pthread_mutex_lock(&c->mu);
-  for (size_t i = 0; i < c->n_subs; i++) ezi_sub_wake(c->subs[i]->sub);
+  for (size_t i = 0; i < c->n_subs; i++)
+    ezi_sub_wake(c->subs[i]->sub);
   pthread_mutex_unlock(&c->mu);
 }
 
@@ -338,6 +359,27 @@ int ezi_chan_link_done(chan *c, int rc) {
   return rc;
 }
 
+void ezi_chan_link_lost(chan *c) {
+  pthread_mutex_lock(&c->mu);
+  if (c->state != CH_READY) {
+    pthread_mutex_unlock(&c->mu);
+    return;
+  }
+  c->state = CH_FAILED; /* no new subscriber joins it; a new channel is made for them */
+  size_t n = c->n_subs;
+  chan_sub **subs = n ? malloc(n * sizeof *subs) : NULL;
+  if (subs) memcpy(subs, c->subs, n * sizeof *subs);
+  pthread_mutex_unlock(&c->mu);
+  if (n && !subs) {
+    EZI_ERROR("channel %s: out of memory; its subscribers stay on the dead link", c->id);
+    return;
+  }
+  /* Each leaves (the last one frees the channel) and joins the publisher again later. */
+  for (size_t i = 0; i < n; i++)
+    ezi_sub_chan_lost(subs[i]->sub, subs[i]);
+  free(subs);
+}
+
 void ezi_chan_pub_gone(chan *c) {
   pthread_mutex_lock(&c->mu);
   c->local_pub = NULL;
@@ -377,9 +419,8 @@ static void chan_destroy(chan *c) {
 
 int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **out, bool *pending) {
   pthread_mutex_lock(&ctx->mu);
-  chan *c = ezi_ctx_find_chan(ctx, pub_id);
+  chan *c = ezi_ctx_find_chan(ctx, pub_id); /* a live one: failed channels are skipped */
   pthread_mutex_unlock(&ctx->mu);
-  if (c && c->state == CH_FAILED) return EZ_ECONNLOST;
   bool fresh = false;
   if (!c) {
     int rc = chan_create(ctx, pub_id, &c);

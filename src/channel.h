@@ -69,6 +69,9 @@ int ezi_chan_link_done(chan *c, int rc);
  * (the publisher broke backpressure: a protocol error). */
 int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
                      ezi_seg *seg, uint64_t now);
+/* The link of a ready channel failed (it is closed already): the channel is marked failed and
+ * its subscribers leave it to join again; it may be gone when this returns. I/O thread. */
+void ezi_chan_link_lost(chan *c);
 /* Wakes the subscribers a batch of deferred deliveries left asleep (chanlink.c, after a read). */
 void ezi_chan_wake_subs(chan *c);
 /* Acks msg_id to the publisher (now: the release time). Never called with c->mu held. */

@@ -168,7 +168,8 @@ ez_pub *ezi_ctx_find_pub(ez_context *ctx, const char *id) {
 
 chan *ezi_ctx_find_chan(ez_context *ctx, const char *pub_id) {
   for (size_t i = 0; i < ctx->n_chans; i++)
-    if (!strcmp(ezi_chan_pub_id(ctx->chans[i]), pub_id)) return ctx->chans[i];
+    if (!ezi_chan_failed(ctx->chans[i]) && !strcmp(ezi_chan_pub_id(ctx->chans[i]), pub_id))
+      return ctx->chans[i];
   return NULL;
 }
 

@@ -98,7 +98,8 @@ int ezi_outbox_flush(ezi_outbox *ob);
 /* I/O thread: marks dead and unlinks from the dirty list; frees the buffers. */
 void ezi_outbox_close(ez_context *ctx, ezi_outbox *ob);
 
-/* Registry lookups (ctx->mu held by the caller or I/O thread only). */
+/* Registry lookups (ctx->mu held by the caller or I/O thread only). find_chan skips failed
+ * channels. */
 ez_pub *ezi_ctx_find_pub(ez_context *ctx, const char *id);
 chan *ezi_ctx_find_chan(ez_context *ctx, const char *pub_id);
 
@@ -131,7 +132,16 @@ void ezi_chan_pub_gone(chan *c);
 int ezi_chan_view(chan_sub *cs, uint64_t msg_id, ez_msg *msg);
 /* Releases msg_id for cs. Any thread. */
 void ezi_chan_release(chan_sub *cs, uint64_t msg_id);
+/* True if msg_id's bytes belong to cs's channel (it came over TCP), not to the publisher's shared
+ * memory. Any thread; not with the subscriber's lock held. */
+bool ezi_chan_msg_owned(chan_sub *cs, uint64_t msg_id);
+/* The subscriber cs belongs to. */
+ez_sub *ezi_chan_sub_owner(const chan_sub *cs);
+/* True if cs holds no message (none queued, none viewed). Any thread. */
+bool ezi_chan_sub_idle(chan_sub *cs);
 const char *ezi_chan_pub_id(const chan *c);
+/* True once the channel's link failed; it only waits for its subscribers to leave. I/O thread. */
+bool ezi_chan_failed(const chan *c);
 json_t *ezi_chan_profile(chan *c, double window_s);
 
 /* ---- subscriber (subscriber.c) ------------------------------------------------------------- */
@@ -141,10 +151,13 @@ json_t *ezi_chan_profile(chan *c, double window_s);
 bool ezi_sub_push(ez_sub *sub, chan_sub *cs, uint64_t msg_id, bool defer_wake);
 /* Signals the receiver if a deferred push left it asleep. Any thread. */
 void ezi_sub_wake(ez_sub *sub);
-/* Drops every queued notice of cs, returning their msg ids through fn. */
+/* Drops every queued notice of cs, then (unlocked) passes their msg ids to fn, in order. */
 void ezi_sub_purge(ez_sub *sub, chan_sub *cs, void (*fn)(chan_sub *, uint64_t));
 const char *ezi_sub_handle(const ez_sub *sub);
 /* A pending join finished (rc 0) or failed (then sub leaves cs). I/O thread. */
 void ezi_sub_join_done(ez_sub *sub, chan_sub *cs, int rc);
+/* The link of cs's channel to its publisher was cut after the handshake: sub leaves cs and joins
+ * the publisher again later. I/O thread. */
+void ezi_sub_chan_lost(ez_sub *sub, chan_sub *cs);
 
 #endif

@@ -834,9 +834,9 @@ typedef struct fake_pub {
   char id[64];
 } fake_pub;
 
-/* Registers a publisher on topic at the server and completes the channel handshake with the one
- * subscribing process (this one): its channel connects to our listener. */
-static void fake_pub_start(fx *f, fake_pub *fp, const char *topic, uint64_t nbuf) {
+/* Registers a publisher on topic at the server, listening for channels itself. */
+static void fake_pub_register(fx *f, fake_pub *fp, const char *topic) {
+  fp->data = -1;
   fp->listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   assert_int_equal(bind(fp->listener, (struct sockaddr *)&a, sizeof a), 0);
@@ -855,25 +855,44 @@ static void fake_pub_start(fx *f, fake_pub *fp, const char *topic, uint64_t nbuf
   rp_rd_str(fp->graph, fp->id, sizeof fp->id);
   assert_int_equal(strlen(fp->id), 36);
   rp_wr_str(fp->graph, my_addr);
+}
 
-  /* The server now sends the subscriber an UPDATE; its channel comes to us. */
+/* Accepts the next channel connection and reads its CHANNEL request (chan_id: its id). */
+static int fake_pub_accept(fake_pub *fp, char chan_id[64]) {
   struct pollfd pf = {.fd = fp->listener, .events = POLLIN};
   assert_int_equal(poll(&pf, 1, TMO), 1);
-  fp->data = accept4(fp->listener, NULL, NULL, SOCK_CLOEXEC);
-  assert_true(fp->data >= 0);
-  assert_int_equal(rp_rd_exact(fp->data, &cmd, 1, TMO), 0);
+  int fd = accept4(fp->listener, NULL, NULL, SOCK_CLOEXEC);
+  assert_true(fd >= 0);
+  uint8_t cmd = 0;
+  assert_int_equal(rp_rd_exact(fd, &cmd, 1, TMO), 0);
   assert_int_equal(cmd, CHANNEL);
-  char chan_id[64];
-  rp_rd_str(fp->data, chan_id, sizeof chan_id);
-  assert_int_equal(strlen(chan_id), 36);
+  rp_rd_str(fd, chan_id, 64);
+  assert_true(rp_is_uuid(chan_id));
+  return fd;
+}
+
+/* Accepts a channel and completes its handshake (no segment: TCP) as fp->data. */
+static void fake_pub_handshake(fake_pub *fp, uint64_t nbuf, char chan_id[64]) {
+  fp->data = fake_pub_accept(fp, chan_id);
   rp_wr_str(fp->data, ""); /* no segment: TCP it is */
+  uint8_t cmd = 0;
   assert_int_equal(rp_rd_exact(fp->data, &cmd, 1, TMO), 0);
   assert_int_equal(cmd, SHM_ATTACH_FAILED);
   assert_int_equal(rp_rd_u64(fp->data), (uint64_t)getpid());
   uint8_t done[9] = {COMPLETE};
   ezi_put_le64(done + 1, nbuf);
   rp_wr(fp->data, done, 9);
+}
+
+/* Registers a publisher on topic at the server and completes the channel handshake with the one
+ * subscribing process (this one): its channel connects to our listener. */
+static void fake_pub_start(fx *f, fake_pub *fp, const char *topic, uint64_t nbuf) {
+  fake_pub_register(f, fp, topic);
+  /* The server now sends the subscriber an UPDATE; its channel comes to us. */
+  char chan_id[64];
+  fake_pub_handshake(fp, nbuf, chan_id);
   /* ... and the server completes our registration once the subscriber answered its UPDATE. */
+  uint8_t cmd = 0;
   assert_int_equal(rp_rd_exact(fp->graph, &cmd, 1, TMO), 0);
   assert_int_equal(cmd, COMPLETE);
 }
@@ -959,6 +978,84 @@ static void test_channel_cut_mid_message(void **state) {
   fx_finish(f);
 }
 
+/* Sends message msg_id over fp's channel, receives it, releases it and reads its ack. */
+static void fake_pub_roundtrip(fake_pub *fp, ez_sub *sub, uint64_t msg_id, const char *text) {
+  size_t n;
+  uint8_t *fr = tx_frame(msg_id, text, &n);
+  rp_wr(fp->data, fr, n);
+  free(fr);
+  ez_msg m;
+  assert_int_equal(ez_recv(sub, &m, TMO), 0);
+  assert_int_equal(m.msg_id, msg_id);
+  assert_int_equal(m.len, strlen(text));
+  assert_memory_equal(m.data, text, m.len);
+  assert_string_equal(m.pub_id, fp->id);
+  ez_msg_release(&m);
+  uint8_t ack[9];
+  assert_int_equal(rp_rd_exact(fp->data, ack, 9, TMO), 0);
+  assert_int_equal(ack[0], RX_ACK);
+  assert_int_equal(ezi_get_le64(ack + 1), msg_id);
+}
+
+/* A publisher that is still registered but whose channel fails (closed during the handshake, or
+ * cut after it) is joined again, with a new channel, and its messages arrive again; a message that
+ * had arrived whole before the cut is not dropped. */
+static void test_channel_rejoins(void **state) {
+  fx *f = *state;
+  const char *topic = "/faults/rejoin";
+  ez_context *ctx = NULL;
+  assert_int_equal(ez_context_open(f->addr, &ctx), 0);
+  ez_sub *sub = NULL;
+  assert_int_equal(ez_sub_create(ctx, topic, NULL, &sub), 0);
+  fake_pub fp;
+  fake_pub_register(f, &fp, topic);
+
+  /* 1. The first join fails: we hang up on the CHANNEL request. The subscriber still answers the
+   * server's UPDATE, so our registration completes. */
+  char id1[64], id2[64], id3[64];
+  close(fake_pub_accept(&fp, id1));
+  uint8_t cmd = 0xff;
+  assert_int_equal(rp_rd_exact(fp.graph, &cmd, 1, TMO), 0);
+  assert_int_equal(cmd, COMPLETE);
+
+  /* 2. It comes back by itself with a new channel, and messages flow. */
+  fake_pub_handshake(&fp, 4, id2);
+  assert_string_not_equal(id1, id2);
+  fake_pub_roundtrip(&fp, sub, 0, "after a failed join");
+
+  /* 3. The connection is cut after the handshake, with a message that came whole over TCP still
+   * queued: that message is still delivered, and the channel comes back again. */
+  size_t n;
+  uint8_t *fr = tx_frame(1, "queued at the cut", &n);
+  rp_wr(fp.data, fr, n);
+  free(fr);
+  struct pollfd pf = {.fd = ez_sub_fd(sub), .events = POLLIN};
+  assert_int_equal(poll(&pf, 1, TMO), 1); /* queued */
+  close(fp.data);
+  fake_pub_handshake(&fp, 4, id3);
+  assert_string_not_equal(id2, id3);
+  ez_msg m;
+  assert_int_equal(ez_recv(sub, &m, TMO), 0);
+  assert_int_equal(m.msg_id, 1);
+  assert_int_equal(m.len, strlen("queued at the cut"));
+  assert_memory_equal(m.data, "queued at the cut", m.len);
+  ez_msg_release(&m);
+  fake_pub_roundtrip(&fp, sub, 2, "after a cut");
+  fake_pub_roundtrip(&fp, sub, 3, "and on");
+
+  /* 4. The publisher leaves: no more joins (nobody connects to the listener any more). */
+  close(fp.graph);
+  th_sleep_ms(100); /* the server's UPDATE reaches the subscriber */
+  close(fp.data);
+  pf = (struct pollfd){.fd = fp.listener, .events = POLLIN};
+  assert_int_equal(poll(&pf, 1, 400), 0);
+  close(fp.listener);
+
+  ez_sub_destroy(sub);
+  ez_context_close(ctx);
+  fx_finish(f); /* no fd, segment or process left */
+}
+
 /* ---- 5. a subscriber that leaves while messages wait in its queue ------------------------------
  */
 
@@ -1019,6 +1116,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_server_killed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_server_stopped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_channel_cut_mid_message, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_channel_rejoins, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sub_leaves_with_queued_messages, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
