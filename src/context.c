@@ -3,6 +3,7 @@
 #include "context.h"
 #include "graphclient.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,6 +174,21 @@ chan *ezi_ctx_find_chan(ez_context *ctx, const char *pub_id) {
   return NULL;
 }
 
+/* $EZMSG_SPIN_US, or the default. */
+static uint64_t spin_us(void) {
+  const char *e = getenv(EZ_SPIN_ENV);
+  if (!e || !*e) return EZ_SPIN_DEFAULT_US;
+  char *end;
+  errno = 0;
+  long v = strtol(e, &end, 10);
+  if (errno || *end || v < 0 || v > 1000) {
+    EZI_WARN("%s=%s: not a number of microseconds in 0..1000; using %d", EZ_SPIN_ENV, e,
+             EZ_SPIN_DEFAULT_US);
+    return EZ_SPIN_DEFAULT_US;
+  }
+  return (uint64_t)v;
+}
+
 /* ---- open / close -------------------------------------------------------------------------- */
 
 static void *io_thread(void *arg) {
@@ -216,6 +232,7 @@ int ez_context_open(const char *address, ez_context **out) {
   pthread_mutex_init(&ctx->dirty_mu, NULL);
   rc = ezi_loop_new(&ctx->loop);
   if (!rc) {
+    ezi_loop_set_spin(ctx->loop, spin_us() * 1000u);
     ezi_loop_set_wake_hook(ctx->loop, flush_dirty, ctx);
     if (pthread_create(&ctx->thread, NULL, io_thread, ctx)) rc = EZ_ESYS;
   }

@@ -49,6 +49,10 @@ void ezi_loop_wake(ezi_loop *l);
 /* A hook run on the loop thread after every wake-up (used for lock-free hand-offs). */
 void ezi_loop_set_wake_hook(ezi_loop *l, ezi_task_fn fn, void *arg);
 
+/* Makes the loop poll for up to spin_ns before each sleep, while polling keeps finding events
+ * (0: never). Before ezi_loop_run. */
+void ezi_loop_set_spin(ezi_loop *l, uint64_t spin_ns);
+
 /* Runs until ezi_loop_stop. Returns 0. */
 int ezi_loop_run(ezi_loop *l);
 /* Makes ezi_loop_run return after its current iteration. Any thread. */

@@ -78,6 +78,16 @@ assert_eq 0 "$SUB_RC" "sub exit status"
 cmp -s "$T/lines" "$SUB_OUT" || fail "num-buffers 1 over TCP: the lines differ"
 pass "pub --num-buffers 1 --force-tcp: all lines, in order"
 
+# Without polling in the I/O threads (EZMSG_SPIN_US=0), and with a bad value (logged, default).
+start_sub /dp/lines3 --count 300
+EZMSG_SPIN_US=0 expect_rc 0 "$EZ_CLI" pub /dp/lines3 --address "$ADDR" --num-buffers 2 <"$T/lines"
+wait_sub
+assert_eq 0 "$SUB_RC" "sub exit status"
+cmp -s "$T/lines" "$SUB_OUT" || fail "EZMSG_SPIN_US=0: the lines differ"
+EZMSG_SPIN_US=lots EZMSG_LOG_LEVEL=warn expect_rc 0 "$EZ_CLI" pub /dp/nobody --address "$ADDR" --message x
+assert_contains "$T/err" "EZMSG_SPIN_US=lots: not a number of microseconds" "a bad EZMSG_SPIN_US"
+pass "EZMSG_SPIN_US=0: all lines, in order; a bad value is reported and ignored"
+
 # ---- text vs hex ----------------------------------------------------------------------------------
 printf 'plain ascii\nwith\ttab\ncaf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\n\nbell\x07\n\xff\xfe\n\xc3\x28\nc1 \xc2\x85\ndel\x7f\ncr\r\n\xed\xa0\x80\n' >"$T/mixed"
 cat >"$T/mixed.want" <<'WANT'

@@ -32,6 +32,10 @@ extern "C" {
 #define EZ_ADDR_ENV "EZMSG_GRAPHSERVER_ADDR"
 #define EZ_PUB_PORT_ENV "EZMSG_PUBLISHER_PORT_START"
 #define EZ_PUB_PORT_DEFAULT 25980
+/* Microseconds a context's I/O thread polls before it sleeps, while polling keeps finding work
+ * (0..1000, default 50; 0: never poll). See ez_context_open. */
+#define EZ_SPIN_ENV "EZMSG_SPIN_US"
+#define EZ_SPIN_DEFAULT_US 50
 #define EZ_MAX_CONTROL_STR (1u << 20) /* longest string accepted on a control link */
 #define EZ_DEFAULT_TIMEOUT_MS 5000    /* default for one-shot graph requests */
 
@@ -184,7 +188,14 @@ typedef struct ez_context ez_context;
  * default address is used, and if nothing answers there and $EZMSG_GRAPHSERVER_ADDR is unset, an
  * embedded server is started in this process on that default address (as the reference's
  * GraphService.ensure()). Starts the context's I/O thread. Caller owns *out (ez_context_close).
- * EZ_ENOSERVER if an explicitly named server does not answer. */
+ * EZ_ENOSERVER if an explicitly named server does not answer.
+ *
+ * The I/O thread polls for up to $EZMSG_SPIN_US microseconds (default 50) before it sleeps, but
+ * only while polling keeps finding work (a busy stream), so an idle or slow graph costs nothing.
+ * Waking a sleeping thread is the largest part of a message's round trip on most machines; on the
+ * 2-core VM of bench/RESULTS.md polling takes 64 B shm throughput from ~0.3 to ~0.7 M msgs/s
+ * and the round trip from ~90 to ~40 us, for up to ~20% of a core per process at 10 kHz. Set
+ * EZMSG_SPIN_US=0 where CPU matters more than latency. An invalid value is logged and ignored. */
 int ez_context_open(const char *address, ez_context **out);
 
 /* The graph server address in use. Owned by the context. */
