@@ -27,6 +27,8 @@ bool ezi_chan_msg_owned(chan_sub *cs, uint64_t msg_id) {
 
 ez_sub *ezi_chan_sub_owner(const chan_sub *cs) { return cs->sub; }
 
+bool ezi_chan_local(const chan_sub *cs) { return !cs->ch->remote; }
+
 bool ezi_chan_sub_idle(chan_sub *cs) {
   pthread_mutex_lock(&cs->ch->mu);
   bool idle = cs->in_flight == 0;

@@ -232,7 +232,8 @@ int ez_context_open(const char *address, ez_context **out) {
   pthread_mutex_init(&ctx->dirty_mu, NULL);
   rc = ezi_loop_new(&ctx->loop);
   if (!rc) {
-    ezi_loop_set_spin(ctx->loop, spin_us() * 1000u);
+    ctx->spin_ns = spin_us() * 1000u;
+    ezi_loop_set_spin(ctx->loop, ctx->spin_ns);
     ezi_loop_set_wake_hook(ctx->loop, flush_dirty, ctx);
     if (pthread_create(&ctx->thread, NULL, io_thread, ctx)) rc = EZ_ESYS;
   }

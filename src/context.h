@@ -78,7 +78,8 @@ struct ez_context {
   size_t n_chans;
   pthread_mutex_t dirty_mu;
   ezi_outbox *dirty;
-  char host[64]; /* this process's address as seen for profiles */
+  uint64_t spin_ns; /* how long threads poll before sleeping ($EZMSG_SPIN_US) */
+  char host[64];    /* this process's address as seen for profiles */
   int pid;
 };
 
@@ -135,6 +136,8 @@ void ezi_chan_release(chan_sub *cs, uint64_t msg_id);
 /* True if msg_id's bytes belong to cs's channel (it came over TCP), not to the publisher's shared
  * memory. Any thread; not with the subscriber's lock held. */
 bool ezi_chan_msg_owned(chan_sub *cs, uint64_t msg_id);
+/* True if cs's channel is fed by a publisher in this process. Any thread. */
+bool ezi_chan_local(const chan_sub *cs);
 /* The subscriber cs belongs to. */
 ez_sub *ezi_chan_sub_owner(const chan_sub *cs);
 /* True if cs holds no message (none queued, none viewed). Any thread. */

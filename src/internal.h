@@ -52,4 +52,17 @@ int ezi_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline);
 /* strdup that returns NULL on NULL. */
 char *ezi_strdup(const char *s);
 
+/* A spin-wait hint to the CPU. */
+static inline void ezi_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* Polling before sleeping (loop.c, ez_recv) goes on while it finds work at least this often:
+ * spin_score (a moving average of successes, 0..1024) >= SPIN_WORTH, i.e. 3 polls in 4. */
+#define SPIN_WORTH 768
+
 #endif

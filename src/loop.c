@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #define MAX_EVENTS 64
-#define SPIN_WORTH 768 /* spin_score above which polling pays: it finds events 3 times in 4 */
 
 typedef struct post {
   ezi_task_fn fn;

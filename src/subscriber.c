@@ -56,6 +56,11 @@ struct ez_sub {
   int efd;
   bool efd_set, initialized, lost, closing;
   bool wake_pending; /* a batch is being queued: signal once it is all there */
+  uint32_t pushed;   /* atomic: notices ever queued (what a polling receiver watches) */
+  /* the receiving thread's own (one thread at a time per subscriber) */
+  bool local_recent;    /* the last message came from a publisher in this process */
+  uint32_t spin_score;  /* how often polling found a message: 0..1024, a moving average */
+  uint32_t since_probe; /* waits since the last poll */
 };
 
 const char *ez_sub_id(const ez_sub *s) { return s->id; }
@@ -90,6 +95,7 @@ bool ezi_sub_push(ez_sub *s, chan_sub *cs, uint64_t msg_id, bool defer_wake) {
     s->head = 0;
   }
   s->q[(s->head + s->n++) % s->cap] = (note){cs, msg_id};
+  __atomic_fetch_add(&s->pushed, 1, __ATOMIC_RELEASE);
   bool wake = s->n == 1 && s->waiters;
   if (s->n == 1 && s->efd >= 0 && !s->efd_set) signal_ready(s);
   if (wake && defer_wake) {
@@ -136,9 +142,36 @@ void ezi_sub_purge(ez_sub *s, chan_sub *cs, void (*fn)(chan_sub *, uint64_t)) {
   free(ids);
 }
 
+/* Before sleeping for a message from a publisher in this process, polls for one (s->mu held;
+ * dropped meanwhile), as the I/O thread does (loop.c): a wake-up costs far more than a local
+ * message. Only while polls find messages, and only for local publishers: for remote ones the I/O
+ * thread polls already, and two pollers on two cores slow each other. True if one came. */
+static bool poll_local(ez_sub *s) {
+  uint64_t budget = s->ctx->spin_ns;
+  if (!budget || !s->local_recent || (s->spin_score < SPIN_WORTH && ++s->since_probe < 32))
+    return false;
+  s->since_probe = 0;
+  uint32_t seen = __atomic_load_n(&s->pushed, __ATOMIC_ACQUIRE);
+  pthread_mutex_unlock(&s->mu);
+  uint64_t t0 = ezi_now_ns();
+  bool got = false;
+  for (unsigned k = 1;; k++) {
+    if (__atomic_load_n(&s->pushed, __ATOMIC_ACQUIRE) != seen) {
+      got = true;
+      break;
+    }
+    ezi_cpu_relax();
+    if (!(k & 63) && ezi_now_ns() - t0 >= budget) break;
+  }
+  pthread_mutex_lock(&s->mu);
+  s->spin_score = s->spin_score - s->spin_score / 8 + (got ? 128 : 0);
+  return got;
+}
+
 int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
   if (!s || !m) return EZ_EINVAL;
   uint64_t deadline = 0; /* read from the clock only if recv has to wait */
+  bool polled = false;
   for (;;) {
     pthread_mutex_lock(&s->mu);
     int rc = 0;
@@ -151,6 +184,10 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
         rc = EZ_EAGAIN;
       else {
         if (!deadline) deadline = ezi_deadline(timeout_ms);
+        if (!polled) {
+          polled = true;
+          if (poll_local(s)) continue;
+        }
         s->waiters++;
         rc = ezi_cond_wait(&s->cv, &s->mu, deadline);
         s->waiters--;
@@ -161,6 +198,7 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
       return rc;
     }
     note x = s->q[s->head];
+    s->local_recent = ezi_chan_local(x.cs);
     s->head = (s->head + 1) % s->cap;
     if (--s->n == 0) clear_ready(s);
     pthread_mutex_unlock(&s->mu);
