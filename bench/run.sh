@@ -99,6 +99,10 @@ for round in $(seq 1 "$ROUNDS"); do
     # The window: ZeroMQ keeps up to 2 x 1000 messages in flight (its high-water marks); ours
     # keeps num_buffers (32 by default). The same 64 B case with 1024 buffers:
     record "win/ours/$tr/64" "$round" "$EZ" perf -c fanout -T "$tr" -s 64 -b 1024 "${PA[@]}" --copy
+    # Polling before sleeping turned off (EZMSG_SPIN_US=0), next to the default of the same round.
+    pair "$round" "spin0/thr/$tr/64" env EZMSG_SPIN_US=0 "$EZ" perf -c fanout -T "$tr" -s 64 \
+      "${PA[@]}" --copy -- "spin0/pp/$tr/64" env EZMSG_SPIN_US=0 "$EZ" perf -c pingpong -T "$tr" \
+      -s 64 "${PA[@]}" --copy
     # Telemetry compiled out, next to the telemetry-on run of the same round.
     pair "$round" "tel/off/$tr/64" "$EZ_NOTEL" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy \
       -- "tel/on/$tr/64" "$EZ" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy
@@ -311,6 +315,23 @@ for tr in ZT:
     w("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (tr, ZT[tr], cell(ko, "lat_p50_us"), cell(ko, "lat_p99_us"),
       cell(kz, "lat_p50_us"), cell(kz, "lat_p99_us"), fmt(med(ko, "msgs_per_s")), fmt(med(kz, "msgs_per_s")),
       ratio(med(ko, "msgs_per_s"), med(kz, "msgs_per_s"))))
+w("")
+
+# ---- polling
+w("## Polling before sleeping on vs off, 64 B")
+w("")
+w("By default a context's I/O thread polls for up to 50 µs before it sleeps, and `ez_recv` does "
+  "for messages from publishers in the same process, while polling keeps finding work "
+  "(`EZMSG_SPIN_US`, see docs/architecture.md). The same runs with `EZMSG_SPIN_US=0` in every "
+  "round, against the default runs of the tables above:")
+w("")
+w("| transport | fanout msgs/s, polling | fanout msgs/s, no polling | on/off | ping-pong p50 µs, polling | ping-pong p50 µs, no polling |")
+w("|---|---|---|---|---|---|")
+for tr in ZT:
+    a, b = "thr/ours/%s/64" % tr, "spin0/thr/%s/64" % tr
+    pa, pb = "pp/ours/%s/64" % tr, "spin0/pp/%s/64" % tr
+    w("| %s | %s | %s | %s | %s | %s |" % (tr, fmt(med(a, "msgs_per_s")), cell(b, "msgs_per_s"),
+      ratio(med(a, "msgs_per_s"), med(b, "msgs_per_s")), fmt(med(pa, "lat_p50_us")), cell(pb, "lat_p50_us")))
 w("")
 
 # ---- telemetry
