@@ -195,7 +195,7 @@ typedef struct ez_context ez_context;
  * finding work (a busy stream), so an idle or slow graph costs nothing.
  * Waking a sleeping thread is the largest part of a message's round trip on most machines; on the
  * 2-core VM of bench/RESULTS.md polling takes 64 B shm throughput from ~0.3 to ~0.7 M msgs/s
- * and the round trip from ~90 to ~40 us, for up to ~20% of a core per process at 10 kHz. Set
+ * and the round trip from ~90 to ~40 us, for up to ~16% of a core per process at 10 kHz. Set
  * EZMSG_SPIN_US=0 where CPU matters more than latency. An invalid value is logged and ignored. */
 int ez_context_open(const char *address, ez_context **out);
 
