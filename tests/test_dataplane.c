@@ -553,6 +553,32 @@ static void test_remote_subscriber(void **state) {
   assert_segments_gone();
 }
 
+/* After a burst that made the I/O thread poll (EZMSG_SPIN_US, on by default), an idle second
+ * costs this process next to no CPU time: polling stops with the traffic, and nothing else of the
+ * library's busy-loops while a link is idle. */
+static void test_idle_costs_nothing(void **state) {
+  (void)state;
+  sizes z = parse_sizes("64");
+  child *sub = child_start("sub %s /dp/idle count=3000 sizes=64 mode=shm", g_addr);
+  child_expect(sub, "ready");
+  ez_context *ctx = open_ctx();
+  ez_pub *p = make_pub(ctx, "/dp/idle", 32, false);
+  for (uint64_t k = 0; k < 3000; k++)
+    publish_k(p, &z, k);
+  assert_int_equal(ez_pub_flush(p, TMO), 0);
+  struct timespec c0, c1;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+  th_sleep_ms(1000); /* nothing published: the subscriber is connected and idle too */
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+  double cpu_ms = (double)(c1.tv_sec - c0.tv_sec) * 1e3 + (double)(c1.tv_nsec - c0.tv_nsec) / 1e6;
+  print_message("idle second after 3000 messages: %.2f ms of CPU\n", cpu_ms);
+  assert_true(cpu_ms < 50.0); /* a thread polling all along would take ~1000 ms */
+  note_own_segments();
+  child_done(sub);
+  ez_context_close(ctx);
+  assert_segments_gone();
+}
+
 /* ---- zero copy ------------------------------------------------------------------------------ */
 
 /* Loan a slot, fill it in place, commit (possibly fewer bytes); cancel gives the slot back.
@@ -1471,6 +1497,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_shm_sizes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tcp_sizes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_remote_subscriber, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_idle_costs_nothing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_zero_copy_local, setup, teardown),
       cmocka_unit_test_setup_teardown(test_zero_copy_remote, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fan_out, setup, teardown),
