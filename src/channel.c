@@ -226,8 +226,11 @@ static void graph_link_close(chan *c) {
   ezi_buf_free(&c->gin);
 }
 
+static void on_register(chan *c, uint32_t ev);
+
 static void on_graph(ezi_watch *w, uint32_t ev) {
   chan *c = w->arg;
+  if (c->state == CH_REGISTERING) return on_register(c, ev);
   if (ev & EPOLLOUT) ezi_outbox_flush(&c->gout);
   if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
   long n;
@@ -256,33 +259,100 @@ static void on_graph(ezi_watch *w, uint32_t ev) {
 
 /* ---- creation and destruction (I/O thread) ------------------------------------------------- */
 
-/* CHANNEL at the graph server: the channel id and the publisher's address. */
-static int register_channel(chan *c, char **addr, uint64_t deadline) {
-  int fd = ezi_graph_open(c->ctx->address, deadline, NULL, 0);
-  if (fd < 0) return fd;
-  ezi_buf b = {0};
-  ezi_buf_put_u8(&b, EZI_CHANNEL);
-  ezi_buf_put_cstr(&b, c->pub_id);
-  int rc = b.data ? ezi_io_write(fd, b.data, b.len, deadline) : EZ_ENOMEM;
-  ezi_buf_free(&b);
-  uint8_t r = 0;
-  char *id = NULL;
-  size_t n = 0;
-  if (!rc) rc = ezi_io_read(fd, &r, 1, deadline);
-  if (rc == EZ_ECONNLOST) rc = EZ_ENOENT; /* unknown publisher: the server hangs up */
-  if (!rc && r != EZI_COMPLETE) rc = EZ_EPROTO;
-  if (!rc) rc = ezi_io_read_str(fd, &id, &n, 64, deadline);
-  if (!rc && !ezi_is_uuid(id, n)) rc = EZ_EPROTO;
-  if (!rc) {
-    memcpy(c->id, id, 37);
-    rc = ezi_io_read_str(fd, addr, NULL, 300, deadline);
+/* Registration at the graph server runs on the I/O thread without blocking it (a slow or stopped
+ * server must not stall this process's other links): connect, send CHANNEL + pub_id, read the
+ * server's version, COMPLETE, the channel id and the publisher's address, each as it arrives.
+ * The connection then stays open as the channel's graph link (PROFILE). */
+static void registered(chan *c, const char *addr);
+
+static void reg_fail(chan *c, int rc) {
+  if (c->hs_timer) ezi_loop_cancel(c->ctx->loop, c->hs_timer);
+  c->hs_timer = 0;
+  if (rc != EZ_ENOENT)
+    EZI_WARN("channel for publisher %s: registration at the graph server failed: %s", c->pub_id,
+             ez_strerror(rc));
+  ezi_chan_link_done(c, rc); /* its subscribers leave (and try again); it may be gone */
+}
+
+static void reg_timeout(void *arg) {
+  chan *c = arg;
+  c->hs_timer = 0;
+  reg_fail(c, EZ_ETIMEDOUT);
+}
+
+static void on_register(chan *c, uint32_t ev) {
+  if (!c->reg_sent) {
+    if (!(ev & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(c->gw.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err)
+      return reg_fail(c, EZ_ENOSERVER);
+    c->reg_sent = true;
+    ezi_loop_mod(&c->gw, EPOLLIN | EPOLLRDHUP);
+    ezi_buf b = {0};
+    ezi_buf_put_u8(&b, EZI_CHANNEL);
+    ezi_buf_put_cstr(&b, c->pub_id);
+    bool ok = b.data && ezi_outbox_put(c->ctx, &c->gout, b.data, b.len);
+    ezi_buf_free(&b);
+    if (!ok) return reg_fail(c, EZ_ENOMEM);
+    return;
   }
-  free(id);
-  if (rc) {
-    close(fd);
-    return rc;
+  if ((ev & EPOLLOUT) && ezi_outbox_flush(&c->gout)) return reg_fail(c, EZ_ECONNLOST);
+  if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
+  long n;
+  while ((n = ezi_buf_fill(&c->gin, c->gw.fd, 1024)) > 0) {
+    ezi_rd r;
+    ezi_rd_init(&r, ezi_buf_head(&c->gin), ezi_buf_pending(&c->gin), 300);
+    const char *ver = NULL, *id = NULL, *addr = NULL;
+    size_t nver = 0, nid = 0, naddr = 0;
+    uint8_t cmd = 0xff;
+    if (ezi_rd_str(&r, &ver, &nver) && ezi_rd_u8(&r, &cmd) && cmd == EZI_COMPLETE &&
+        ezi_rd_str(&r, &id, &nid))
+      ezi_rd_str(&r, &addr, &naddr);
+    int st = ezi_rd_status(&r);
+    if (st < 0 || (ver && cmd != 0xff && cmd != EZI_COMPLETE) || (id && !ezi_is_uuid(id, nid)))
+      return reg_fail(c, EZ_EPROTO);
+    if (st == 0) continue; /* more to come */
+    if (nver != strlen(EZ_VERSION) || memcmp(ver, EZ_VERSION, nver))
+      EZI_WARN("version mismatch: graph server %.*s, client %s", (int)nver, ver, EZ_VERSION);
+    char a[301];
+    memcpy(c->id, id, 36);
+    c->id[36] = 0;
+    memcpy(a, addr, naddr);
+    a[naddr] = 0;
+    ezi_buf_consume(&c->gin, r.pos);
+    return registered(c, a);
   }
-  return fd;
+  if (n < 0) { /* hung up: before its greeting (client limit), or on an unknown publisher */
+    ezi_rd r;
+    ezi_rd_init(&r, ezi_buf_head(&c->gin), ezi_buf_pending(&c->gin), 300);
+    const char *ver = NULL;
+    size_t nver = 0;
+    reg_fail(c, ezi_rd_str(&r, &ver, &nver) ? EZ_ENOENT : EZ_EREFUSED);
+  }
+}
+
+/* The server answered: attach to the publisher in this process (ready now) or start the
+ * handshake with the remote one. */
+static void registered(chan *c, const char *addr) {
+  if (c->hs_timer) ezi_loop_cancel(c->ctx->loop, c->hs_timer);
+  c->hs_timer = 0;
+  ez_pub *local = ezi_ctx_find_pub(c->ctx, c->pub_id);
+  if (local) {
+    c->nbuf = ezi_pub_num_buffers(local);
+    if (ezi_chan_link_done(c, 0) == 0) { /* slots exist now: the publisher may deliver */
+      pthread_mutex_lock(&c->mu);
+      c->local_pub = local;
+      c->mode = "local";
+      pthread_mutex_unlock(&c->mu);
+      ezi_pub_set_local(local, c);
+    }
+    return;
+  }
+  c->state = CH_CONNECTING;
+  c->remote = true;
+  int rc = ezi_chan_link_start(c, addr);
+  if (rc) ezi_chan_link_done(c, rc);
 }
 
 static void chan_register(ez_context *ctx, chan *c) {
@@ -295,50 +365,40 @@ static void chan_register(ez_context *ctx, chan *c) {
   pthread_mutex_unlock(&ctx->mu);
 }
 
-/* Registers the channel at the graph server (which answers at once), then either attaches it to
- * the publisher in this process (ready now) or starts the handshake with the remote one. */
+/* Starts registering a channel for pub_id at the graph server; it becomes ready (or fails) later,
+ * through ezi_chan_link_done. Fails at once only if the server cannot be reached at all. */
 static int chan_create(ez_context *ctx, const char *pub_id, chan **out) {
+  char addr[300], host[256];
+  uint16_t port;
+  ezi_addr_resolve(ctx->address, addr);
+  if (ezi_addr_parse(addr, host, &port)) return EZ_EADDR;
+  bool connected = false;
+  int fd = ezi_tcp_connect_start(host, port, &connected);
+  if (fd < 0) return fd;
   chan *c = calloc(1, sizeof *c);
-  if (!c) return EZ_ENOMEM;
+  if (!c) {
+    close(fd);
+    return EZ_ENOMEM;
+  }
   c->ctx = ctx;
   snprintf(c->pub_id, sizeof c->pub_id, "%s", pub_id);
   c->mode = "unknown";
-  c->pw.fd = c->gw.fd = -1;
+  c->pw.fd = -1;
+  c->state = CH_REGISTERING;
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
-  char *addr = NULL;
-  int gfd = register_channel(c, &addr, ezi_deadline(EZ_DEFAULT_TIMEOUT_MS));
-  if (gfd < 0) {
+  c->gw = (ezi_watch){.fd = fd, .fn = on_graph, .arg = c};
+  ezi_outbox_init(&c->gout, &c->gw, EPOLLIN | EPOLLRDHUP);
+  if (ezi_loop_add(ctx->loop, &c->gw, EPOLLOUT | EPOLLIN | EPOLLRDHUP)) {
+    close(fd);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);
-    return gfd;
+    return EZ_ESYS;
   }
-  c->gw = (ezi_watch){.fd = gfd, .fn = on_graph, .arg = c};
-  ezi_outbox_init(&c->gout, &c->gw, EPOLLIN | EPOLLRDHUP);
-  ezi_loop_add(ctx->loop, &c->gw, EPOLLIN | EPOLLRDHUP);
   chan_register(ctx, c);
-  ez_pub *local = ezi_ctx_find_pub(ctx, pub_id);
-  int rc = 0;
-  if (local) {
-    c->nbuf = ezi_pub_num_buffers(local);
-    if (!(c->slots = calloc(c->nbuf, sizeof *c->slots))) {
-      rc = EZ_ENOMEM;
-    } else {
-      c->state = CH_READY;
-      c->local_pub = local;
-      ezi_pub_set_local(local, c);
-    }
-  } else {
-    c->state = CH_CONNECTING;
-    c->remote = true;
-    rc = ezi_chan_link_start(c, addr);
-  }
-  free(addr);
-  if (rc) {
-    chan_destroy(c);
-    return rc;
-  }
+  c->hs_timer = ezi_loop_timer(ctx->loop, ezi_now_ns() + (uint64_t)EZ_DEFAULT_TIMEOUT_MS * 1000000u,
+                               reg_timeout, c);
   *out = c;
   return 0;
 }
@@ -352,12 +412,20 @@ int ezi_chan_link_done(chan *c, int rc) {
     if (!(c->subs[i]->t0 = calloc(c->nbuf, sizeof(uint64_t)))) rc = EZ_ENOMEM;
   c->state = rc ? CH_FAILED : CH_READY;
   if (waiting) memcpy(waiting, c->subs, n * sizeof *waiting);
+  c->refs++; /* ours while the subscribers hear of it: they may leave, and UPDATEs follow */
   pthread_mutex_unlock(&c->mu);
   if (rc) ezi_chan_link_close(c);
-  /* Tell each waiting subscriber; on failure they leave, and the last one takes the channel. */
+  /* Tell each waiting subscriber; on failure they leave. */
   for (size_t i = 0; waiting && i < n; i++)
     ezi_sub_join_done(waiting[i]->sub, waiting[i], rc);
   free(waiting);
+  pthread_mutex_lock(&c->mu);
+  int left = --c->refs;
+  pthread_mutex_unlock(&c->mu);
+  if (left == 0) { /* every subscriber left meanwhile */
+    chan_destroy(c);
+    return rc ? rc : EZ_ECLOSED;
+  }
   return rc;
 }
 
@@ -446,7 +514,7 @@ int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **o
   c->subs = v;
   c->subs[c->n_subs++] = cs;
   c->refs++;
-  *pending = c->state == CH_CONNECTING;
+  *pending = c->state == CH_REGISTERING || c->state == CH_CONNECTING;
   pthread_mutex_unlock(&c->mu);
   *out = cs;
   return 0;

@@ -25,7 +25,7 @@ struct chan_sub {
   ezi_window proc;
 };
 
-enum { CH_CONNECTING, CH_READY, CH_FAILED };
+enum { CH_REGISTERING, CH_CONNECTING, CH_READY, CH_FAILED };
 
 struct chan {
   ez_context *ctx;
@@ -48,7 +48,8 @@ struct chan {
   ezi_buf pin;
   ezi_outbox acks;
   ezi_seg *seg;
-  uint64_t hs_timer; /* the handshake's deadline */
+  uint64_t hs_timer; /* the registration's, then the handshake's deadline */
+  bool reg_sent;     /* the CHANNEL request went out (registration) */
   bool hs_named;     /* the shm name arrived and was answered */
   /* graph link (I/O thread) */
   ezi_watch gw;
@@ -61,8 +62,9 @@ struct chan {
 int ezi_chan_link_start(chan *c, const char *addr);
 void ezi_chan_link_close(chan *c);
 
-/* channel.c: the handshake finished (rc 0, c->nbuf set) or failed. Tells the waiting
- * subscribers; on failure (returned) the channel may be gone when this returns. I/O thread. */
+/* channel.c: the registration or handshake finished (rc 0, c->nbuf set) or failed. Tells the
+ * waiting subscribers. Returns 0 if the channel is ready and still there; otherwise (failed, or
+ * every subscriber left meanwhile) it may be gone: touch nothing. I/O thread. */
 int ezi_chan_link_done(chan *c, int rc);
 /* Stores a validated message (taking `owned`) and notifies the subscribers (c->mu held). Returns
  * 1 if someone took it, 0 if nobody listens (the caller acks it), -1 if its slot is still held

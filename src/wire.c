@@ -205,7 +205,7 @@ static void sock_host(int fd, bool peer, char out[64]) {
 void ezi_sock_peer_host(int fd, char out[64]) { sock_host(fd, true, out); }
 void ezi_sock_local_host(int fd, char out[64]) { sock_host(fd, false, out); }
 
-int ezi_tcp_connect(const char *host, uint16_t port, int timeout_ms) {
+int ezi_tcp_connect_start(const char *host, uint16_t port, bool *done) {
   struct sockaddr_storage ss;
   socklen_t len;
   if (resolve(host, port, &ss, &len)) return EZ_EADDR;
@@ -213,11 +213,18 @@ int ezi_tcp_connect(const char *host, uint16_t port, int timeout_ms) {
   if (fd < 0) return EZ_ESYS;
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (connect(fd, (struct sockaddr *)&ss, len) == 0) return fd;
-  if (errno != EINPROGRESS) {
+  *done = connect(fd, (struct sockaddr *)&ss, len) == 0;
+  if (!*done && errno != EINPROGRESS) {
     close(fd);
     return EZ_ENOSERVER;
   }
+  return fd;
+}
+
+int ezi_tcp_connect(const char *host, uint16_t port, int timeout_ms) {
+  bool done;
+  int fd = ezi_tcp_connect_start(host, port, &done);
+  if (fd < 0 || done) return fd;
   struct pollfd pfd = {.fd = fd, .events = POLLOUT};
   int r;
   do

@@ -169,6 +169,10 @@ void ezi_sock_local_host(int fd, char out[64]);
 /* Connects to host:port within timeout_ms (the fd stays non-blocking). Returns fd or
  * EZ_ENOSERVER (refused / unreachable), EZ_ETIMEDOUT, EZ_EADDR. */
 int ezi_tcp_connect(const char *host, uint16_t port, int timeout_ms);
+/* Starts a non-blocking connect: the socket (non-blocking, TCP_NODELAY), with *done true if it
+ * connected at once, else writable once connected (check SO_ERROR). EZ_ENOSERVER if refused at
+ * once, EZ_EADDR if host does not resolve. */
+int ezi_tcp_connect_start(const char *host, uint16_t port, bool *done);
 void ezi_sock_setup(int fd);
 
 #endif

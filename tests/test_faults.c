@@ -1056,6 +1056,51 @@ static void test_channel_rejoins(void **state) {
   fx_finish(f); /* no fd, segment or process left */
 }
 
+/* Joining again goes through the graph server (CHANNEL). With the server stopped, that join
+ * waits, but on nothing else: the process's other links keep delivering meanwhile (the I/O thread
+ * never blocks on the server), and once the server runs again the join completes. */
+static void test_rejoin_with_server_stopped(void **state) {
+  fx *f = *state;
+  ez_context *ctx = NULL;
+  assert_int_equal(ez_context_open(f->addr, &ctx), 0);
+  ez_sub *cut = NULL, *live = NULL;
+  assert_int_equal(ez_sub_create(ctx, "/faults/frozen/a", NULL, &cut), 0);
+  assert_int_equal(ez_sub_create(ctx, "/faults/frozen/b", NULL, &live), 0);
+  fake_pub fp;
+  fake_pub_start(f, &fp, "/faults/frozen/a", 4);
+  pid_t pub = fx_spawn(f, "tick", "pub", "/faults/frozen/b", "--address", f->addr, "--message",
+                       "tick", "--count", "0", "--rate", "200", NULL);
+  char buf[16];
+  size_t len = 0;
+  assert_int_equal(ez_recv_copy(live, buf, sizeof buf, &len, TMO), 0); /* flowing */
+
+  stop_process(f->server);
+  close(fp.data); /* cut: `cut` joins again, and its registration waits for the server */
+  th_sleep_ms(100);
+  int got = 0;
+  int64_t t0 = th_now_ms();
+  while (th_now_ms() - t0 < 1000) {
+    int rc = ez_recv_copy(live, buf, sizeof buf, &len, 100);
+    if (rc == 0)
+      got++;
+    else
+      assert_int_equal(rc, EZ_ETIMEDOUT);
+  }
+  print_message("server stopped: %d messages in 1 s on the other link\n", got);
+  assert_true(got >= 20); /* 200 Hz: a blocked I/O thread would deliver none */
+  assert_int_equal(kill(f->server, SIGCONT), 0);
+
+  char id[64];
+  fake_pub_handshake(&fp, 4, id); /* the join completes */
+  fake_pub_roundtrip(&fp, cut, 0, "after the thaw");
+  assert_int_equal(fx_kill(f, pub, SIGTERM), 0);
+  close(fp.graph);
+  close(fp.data);
+  close(fp.listener);
+  ez_context_close(ctx);
+  fx_finish(f);
+}
+
 /* ---- 5. a subscriber that leaves while messages wait in its queue ------------------------------
  */
 
@@ -1117,6 +1162,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_server_stopped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_channel_cut_mid_message, setup, teardown),
       cmocka_unit_test_setup_teardown(test_channel_rejoins, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rejoin_with_server_stopped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sub_leaves_with_queued_messages, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
