@@ -123,23 +123,32 @@ static void clear_ready(ez_sub *s) { /* s->mu held; the queue just became empty 
 }
 
 void ezi_sub_purge(ez_sub *s, chan_sub *cs, void (*fn)(chan_sub *, uint64_t)) {
-  pthread_mutex_lock(&s->mu);
-  uint64_t *ids = s->n ? malloc(s->n * sizeof *ids) : NULL;
-  size_t nid = 0, kept = 0;
-  for (size_t i = 0; i < s->n; i++) {
-    note x = s->q[(s->head + i) % s->cap];
-    if (x.cs == cs) {
-      if (ids) ids[nid++] = x.msg_id;
-    } else {
-      s->q[(s->head + kept++) % s->cap] = x;
+  /* In batches through a stack buffer: nothing to allocate, so nothing is ever dropped unreleased
+   * (fn runs unlocked: it takes the channel's lock, which comes before ours). Only the notices
+   * queued when this starts: fn may queue some of them again, at the tail. */
+  uint64_t ids[64];
+  size_t left = SIZE_MAX, nid;
+  do {
+    nid = 0;
+    pthread_mutex_lock(&s->mu);
+    if (left == SIZE_MAX)
+      for (size_t i = left = 0; i < s->n; i++)
+        left += s->q[(s->head + i) % s->cap].cs == cs;
+    size_t kept = 0;
+    for (size_t i = 0; i < s->n; i++) {
+      note x = s->q[(s->head + i) % s->cap];
+      if (x.cs == cs && nid < left && nid < sizeof ids / sizeof ids[0])
+        ids[nid++] = x.msg_id;
+      else
+        s->q[(s->head + kept++) % s->cap] = x;
     }
-  }
-  s->n = kept;
-  if (!s->n) clear_ready(s);
-  pthread_mutex_unlock(&s->mu);
-  for (size_t i = 0; i < nid; i++)
-    fn(cs, ids[i]);
-  free(ids);
+    s->n = kept;
+    if (!s->n) clear_ready(s);
+    left -= nid;
+    pthread_mutex_unlock(&s->mu);
+    for (size_t i = 0; i < nid; i++)
+      fn(cs, ids[i]);
+  } while (left);
 }
 
 /* Before sleeping for a message from a publisher in this process, polls for one (s->mu held;

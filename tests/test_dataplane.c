@@ -967,6 +967,15 @@ static void test_sub_destroy_releases(void **state) {
   }
   assert_quiet(keep);
 
+  /* More queued than the purge's batch (64): every one of them is released. */
+  ez_sub *many = make_sub(ctx, "/dp/destroy/many");
+  ez_pub *wide = make_pub(ctx, "/dp/destroy/many", 200, false);
+  for (uint64_t k = 0; k < 200; k++)
+    publish_k(wide, &z, k);
+  assert_int_equal(ez_publish(wide, "x", 1, 50), EZ_ETIMEDOUT); /* all 200 slots held */
+  ez_sub_destroy(many);
+  assert_int_equal(ez_pub_flush(wide, TMO), 0);
+
   /* the same with the subscriber in another process that exits while holding */
   child *c = child_start("sub %s /dp/destroy2 count=5 sizes=10 hold=2 quit_held=1", g_addr);
   child_expect(c, "ready");
