@@ -57,6 +57,13 @@ struct chan {
   ezi_outbox gout;
 };
 
+/* chanreg.c: starts registering the channel at the graph server (non-blocking connect, CHANNEL
+ * request, answer read as it comes); then ezi_chan_link_done, or the handshake with a remote
+ * publisher, follows. EZ_ENOSERVER etc. if the server cannot be reached at once. I/O thread. */
+int ezi_chan_reg_start(chan *c);
+/* Closes the channel's graph-server link. I/O thread. */
+void ezi_chan_graph_close(chan *c);
+
 /* chanlink.c: connects to the publisher at addr and starts the handshake (I/O thread). The
  * channel becomes ready (or failed) later, through ezi_chan_link_done. */
 int ezi_chan_link_start(chan *c, const char *addr);

@@ -1,0 +1,168 @@
+/* A channel's link to the graph server: its registration (CHANNEL, answered with the channel id
+ * and the publisher's address), then the PROFILE requests the server fans out to it. Everything
+ * here runs on the I/O thread and never blocks it: a slow or stopped graph server must not stall
+ * this process's other links (test_faults: test_rejoin_with_server_stopped). */
+#include "channel.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+void ezi_chan_graph_close(chan *c) {
+  if (c->gw.fd < 0) return;
+  ezi_loop_del(&c->gw);
+  ezi_outbox_close(c->ctx, &c->gout);
+  close(c->gw.fd);
+  c->gw.fd = -1;
+  ezi_buf_free(&c->gin);
+}
+
+static void on_register(chan *c, uint32_t ev);
+
+static void on_graph(ezi_watch *w, uint32_t ev) {
+  chan *c = w->arg;
+  if (c->state == CH_REGISTERING) return on_register(c, ev);
+  if (ev & EPOLLOUT) ezi_outbox_flush(&c->gout);
+  if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
+  long n;
+  while ((n = ezi_buf_fill(&c->gin, w->fd, 4096)) > 0) {
+    while (ezi_buf_pending(&c->gin) >= 9 && ezi_buf_head(&c->gin)[0] == EZI_PROFILE) {
+      uint64_t ms = ezi_get_u64le(ezi_buf_head(&c->gin) + 1);
+      ezi_buf_consume(&c->gin, 9);
+      json_t *j = ezi_chan_profile(c, (double)ms / 1000.0);
+      char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+      json_decref(j);
+      ezi_buf b = {0};
+      ezi_buf_put_u8(&b, EZI_PROFILE_DATA);
+      ezi_buf_put_cstr(&b, text ? text : "{}");
+      free(text);
+      if (b.data) ezi_outbox_put(c->ctx, &c->gout, b.data, b.len);
+      ezi_buf_free(&b);
+    }
+    if (ezi_buf_pending(&c->gin) && ezi_buf_head(&c->gin)[0] != EZI_PROFILE) {
+      EZI_WARN("channel %s: unknown command %u from the graph server", c->id,
+               ezi_buf_head(&c->gin)[0]);
+      ezi_buf_consume(&c->gin, 1);
+    }
+  }
+  if (n < 0) ezi_chan_graph_close(c);
+}
+
+/* Registration at the graph server runs on the I/O thread without blocking it (a slow or stopped
+ * server must not stall this process's other links): connect, send CHANNEL + pub_id, read the
+ * server's version, COMPLETE, the channel id and the publisher's address, each as it arrives.
+ * The connection then stays open as the channel's graph link (PROFILE). */
+static void registered(chan *c, const char *addr);
+
+static void reg_fail(chan *c, int rc) {
+  if (c->hs_timer) ezi_loop_cancel(c->ctx->loop, c->hs_timer);
+  c->hs_timer = 0;
+  if (rc != EZ_ENOENT)
+    EZI_WARN("channel for publisher %s: registration at the graph server failed: %s", c->pub_id,
+             ez_strerror(rc));
+  ezi_chan_link_done(c, rc); /* its subscribers leave (and try again); it may be gone */
+}
+
+static void reg_timeout(void *arg) {
+  chan *c = arg;
+  c->hs_timer = 0;
+  reg_fail(c, EZ_ETIMEDOUT);
+}
+
+static void on_register(chan *c, uint32_t ev) {
+  if (!c->reg_sent) {
+    if (!(ev & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(c->gw.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err)
+      return reg_fail(c, EZ_ENOSERVER);
+    c->reg_sent = true;
+    ezi_loop_mod(&c->gw, EPOLLIN | EPOLLRDHUP);
+    ezi_buf b = {0};
+    ezi_buf_put_u8(&b, EZI_CHANNEL);
+    ezi_buf_put_cstr(&b, c->pub_id);
+    bool ok = b.data && ezi_outbox_put(c->ctx, &c->gout, b.data, b.len);
+    ezi_buf_free(&b);
+    if (!ok) return reg_fail(c, EZ_ENOMEM);
+    return;
+  }
+  if ((ev & EPOLLOUT) && ezi_outbox_flush(&c->gout)) return reg_fail(c, EZ_ECONNLOST);
+  if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
+  long n;
+  while ((n = ezi_buf_fill(&c->gin, c->gw.fd, 1024)) > 0) {
+    ezi_rd r;
+    ezi_rd_init(&r, ezi_buf_head(&c->gin), ezi_buf_pending(&c->gin), 300);
+    const char *ver = NULL, *id = NULL, *addr = NULL;
+    size_t nver = 0, nid = 0, naddr = 0;
+    uint8_t cmd = 0xff;
+    if (ezi_rd_str(&r, &ver, &nver) && ezi_rd_u8(&r, &cmd) && cmd == EZI_COMPLETE &&
+        ezi_rd_str(&r, &id, &nid))
+      ezi_rd_str(&r, &addr, &naddr);
+    int st = ezi_rd_status(&r);
+    if (st < 0 || (ver && cmd != 0xff && cmd != EZI_COMPLETE) || (id && !ezi_is_uuid(id, nid)))
+      return reg_fail(c, EZ_EPROTO);
+    if (st == 0) continue; /* more to come */
+    if (nver != strlen(EZ_VERSION) || memcmp(ver, EZ_VERSION, nver))
+      EZI_WARN("version mismatch: graph server %.*s, client %s", (int)nver, ver, EZ_VERSION);
+    char a[301];
+    memcpy(c->id, id, 36);
+    c->id[36] = 0;
+    memcpy(a, addr, naddr);
+    a[naddr] = 0;
+    ezi_buf_consume(&c->gin, r.pos);
+    return registered(c, a);
+  }
+  if (n < 0) { /* hung up: before its greeting (client limit), or on an unknown publisher */
+    ezi_rd r;
+    ezi_rd_init(&r, ezi_buf_head(&c->gin), ezi_buf_pending(&c->gin), 300);
+    const char *ver = NULL;
+    size_t nver = 0;
+    reg_fail(c, ezi_rd_str(&r, &ver, &nver) ? EZ_ENOENT : EZ_EREFUSED);
+  }
+}
+
+/* The server answered: attach to the publisher in this process (ready now) or start the
+ * handshake with the remote one. */
+static void registered(chan *c, const char *addr) {
+  if (c->hs_timer) ezi_loop_cancel(c->ctx->loop, c->hs_timer);
+  c->hs_timer = 0;
+  ez_pub *local = ezi_ctx_find_pub(c->ctx, c->pub_id);
+  if (local) {
+    c->nbuf = ezi_pub_num_buffers(local);
+    if (ezi_chan_link_done(c, 0) == 0) { /* slots exist now: the publisher may deliver */
+      pthread_mutex_lock(&c->mu);
+      c->local_pub = local;
+      c->mode = "local";
+      pthread_mutex_unlock(&c->mu);
+      ezi_pub_set_local(local, c);
+    }
+    return;
+  }
+  c->state = CH_CONNECTING;
+  c->remote = true;
+  int rc = ezi_chan_link_start(c, addr);
+  if (rc) ezi_chan_link_done(c, rc);
+}
+
+int ezi_chan_reg_start(chan *c) {
+  char addr[300], host[256];
+  uint16_t port;
+  ezi_addr_resolve(c->ctx->address, addr);
+  if (ezi_addr_parse(addr, host, &port)) return EZ_EADDR;
+  bool connected = false;
+  int fd = ezi_tcp_connect_start(host, port, &connected);
+  if (fd < 0) return fd;
+  c->gw = (ezi_watch){.fd = fd, .fn = on_graph, .arg = c};
+  ezi_outbox_init(&c->gout, &c->gw, EPOLLIN | EPOLLRDHUP);
+  if (ezi_loop_add(c->ctx->loop, &c->gw, EPOLLOUT | EPOLLIN | EPOLLRDHUP)) {
+    close(fd);
+    c->gw.fd = -1;
+    return EZ_ESYS;
+  }
+  c->hs_timer = ezi_loop_timer(
+      c->ctx->loop, ezi_now_ns() + (uint64_t)EZ_DEFAULT_TIMEOUT_MS * 1000000u, reg_timeout, c);
+  return 0;
+}
