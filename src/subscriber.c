@@ -1,12 +1,8 @@
-/* Subscribers: a graph link that follows UPDATEs (joining and leaving channels), and a queue of
- * notices that recv takes from. The queue is bounded by the channels' slots (backpressure), so it
- * never grows past the sum of their num_buffers.
- *
- * Links are supervised: a publisher listed by the graph server that cannot be reached, or whose
- * connection is cut, is joined again after a backoff (50 ms doubling to 2 s) for as long as it
- * stays listed, so a transient failure never leaves a subscriber deaf to a live publisher. */
-#include "context.h"
+/* Subscribers: the queue of notices that recv takes from, recv itself, and creation and
+ * destruction. The queue is bounded by the channels' slots (backpressure), so it never grows past
+ * the sum of their num_buffers. The graph link (UPDATEs, channels) is in sublink.c. */
 #include "graphclient.h"
+#include "subscriber.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -15,61 +11,13 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-
-typedef struct note {
-  chan_sub *cs;
-  uint64_t msg_id;
-} note;
-
-typedef struct link {
-  char pub_id[37];
-  chan_sub *cs;      /* NULL while waiting to join again */
-  uint64_t retry_at; /* with cs NULL: when to join again (0: not scheduled, the server said the
-                      * publisher is unknown; the next UPDATE listing it retries) */
-  unsigned failures; /* in a row; reset by a join that completes */
-  bool retry_join;   /* cs is a retry's join, still shaking hands (not counted in joins_pending) */
-  chan_sub **dead;   /* memberships of cut channels whose messages the user still views */
-  size_t n_dead;
-} pub_link;
-
-#define RETRY_FIRST_MS 50
-#define RETRY_MAX_MS 2000
-
-struct ez_sub {
-  ez_context *ctx;
-  char id[37];
-  char *topic, *handle;
-  /* graph link (I/O thread) */
-  ezi_watch gw;
-  ezi_buf gin;
-  ezi_outbox gout;
-  pub_link *links;
-  size_t n_links;
-  size_t joins_pending; /* channels of the current UPDATE still shaking hands */
-  uint64_t retry_timer; /* the loop timer that joins failed links again (0: none) */
-  /* queue (mu) */
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int waiters;
-  note *q;
-  size_t head, n, cap;
-  int efd;
-  bool efd_set, initialized, lost, closing;
-  bool wake_pending; /* a batch is being queued: signal once it is all there */
-  uint32_t pushed;   /* atomic: notices ever queued (what a polling receiver watches) */
-  /* the receiving thread's own (one thread at a time per subscriber) */
-  bool local_recent;    /* the last message came from a publisher in this process */
-  uint32_t spin_score;  /* how often polling found a message: 0..1024, a moving average */
-  uint32_t since_probe; /* waits since the last poll */
-};
-
 const char *ez_sub_id(const ez_sub *s) { return s->id; }
 const char *ez_sub_topic(const ez_sub *s) { return s->topic; }
 const char *ezi_sub_handle(const ez_sub *s) { return s->handle; }
 
 /* ---- queue --------------------------------------------------------------------------------- */
 
-static void signal_ready(ez_sub *s) { /* s->mu held; the queue just became non-empty */
+void ezi_sub_signal_ready(ez_sub *s) { /* s->mu held; the queue just became non-empty */
   if (s->efd >= 0 && !s->efd_set) {
     uint64_t one = 1;
     if (write(s->efd, &one, sizeof one) == sizeof one) s->efd_set = true;
@@ -97,7 +45,7 @@ bool ezi_sub_push(ez_sub *s, chan_sub *cs, uint64_t msg_id, bool defer_wake) {
   s->q[(s->head + s->n++) % s->cap] = (note){cs, msg_id};
   __atomic_fetch_add(&s->pushed, 1, __ATOMIC_RELEASE);
   bool wake = s->n == 1 && s->waiters;
-  if (s->n == 1 && s->efd >= 0 && !s->efd_set) signal_ready(s);
+  if (s->n == 1 && s->efd >= 0 && !s->efd_set) ezi_sub_signal_ready(s);
   if (wake && defer_wake) {
     s->wake_pending = true; /* ezi_sub_wake, once the whole batch is queued */
     wake = false;
@@ -241,249 +189,11 @@ int ez_sub_fd(const ez_sub *cs) {
   pthread_mutex_lock(&s->mu);
   if (s->efd < 0) {
     s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (s->efd >= 0 && (s->n || s->lost)) signal_ready(s);
+    if (s->efd >= 0 && (s->n || s->lost)) ezi_sub_signal_ready(s);
   }
   int fd = s->efd;
   pthread_mutex_unlock(&s->mu);
   return fd;
-}
-
-/* ---- graph link (I/O thread) --------------------------------------------------------------- */
-
-static bool listed(const char *ids, size_t n, const char *id) {
-  for (size_t i = 0; i + 36 <= n; i += 37)
-    if (!memcmp(ids + i, id, 36)) return true;
-  return false;
-}
-
-static pub_link *find_link(ez_sub *s, chan_sub *cs) {
-  for (size_t i = 0; i < s->n_links; i++)
-    if (s->links[i].cs == cs) return &s->links[i];
-  return NULL;
-}
-
-static void retry_fire(void *arg);
-
-/* Leaves the cut channels of l: all of them, or (only_idle) those whose messages were all
- * released. release_viewed as ezi_chan_leave. */
-static void drop_dead(pub_link *l, bool release_viewed, bool only_idle) {
-  for (size_t i = 0; i < l->n_dead;) {
-    if (only_idle && !ezi_chan_sub_idle(l->dead[i])) {
-      i++;
-      continue;
-    }
-    chan_sub *cs = l->dead[i];
-    l->dead[i] = l->dead[--l->n_dead];
-    ezi_chan_leave(cs, release_viewed);
-  }
-  if (!l->n_dead) {
-    free(l->dead);
-    l->dead = NULL;
-  }
-}
-
-/* Removes links[i] (its channels already left or to be left by the caller). */
-static void remove_link_at(ez_sub *s, size_t i, bool release_viewed) {
-  pub_link *l = &s->links[i];
-  if (l->cs) ezi_chan_leave(l->cs, release_viewed);
-  drop_dead(l, release_viewed, false);
-  s->links[i] = s->links[--s->n_links];
-}
-
-/* Arms the retry timer for the earliest scheduled link (I/O thread). */
-static void arm_retry(ez_sub *s) {
-  uint64_t at = 0;
-  for (size_t i = 0; i < s->n_links; i++)
-    if (!s->links[i].cs && s->links[i].retry_at && (!at || s->links[i].retry_at < at))
-      at = s->links[i].retry_at;
-  if (s->retry_timer) ezi_loop_cancel(s->ctx->loop, s->retry_timer);
-  s->retry_timer = at ? ezi_loop_timer(s->ctx->loop, at, retry_fire, s) : 0;
-}
-
-/* A join of l's publisher failed (rc), or its channel's link was cut: schedule another. */
-static void link_failed(ez_sub *s, pub_link *l, int rc) {
-  l->cs = NULL;
-  l->retry_join = false;
-  l->failures++;
-  if (s->gw.fd < 0) { /* the graph server is gone: so is the subscriber (recv says so) */
-    l->retry_at = 0;
-    return;
-  }
-  if (rc == EZ_ENOENT) { /* the graph server no longer knows it: wait for an UPDATE */
-    l->retry_at = 0;
-    EZI_INFO("subscriber %s: publisher %s is gone", s->topic, l->pub_id);
-    return;
-  }
-  unsigned shift = l->failures - 1 < 6 ? l->failures - 1 : 6;
-  uint64_t ms = (uint64_t)RETRY_FIRST_MS << shift;
-  if (ms > RETRY_MAX_MS) ms = RETRY_MAX_MS;
-  l->retry_at = ezi_now_ns() + ms * 1000000u;
-  if (l->failures == 1 || l->failures % 30 == 0)
-    EZI_WARN("subscriber %s: publisher %s: %s (%u failure%s in a row); joining again in %u ms",
-             s->topic, l->pub_id, ez_strerror(rc), l->failures, l->failures == 1 ? "" : "s",
-             (unsigned)ms);
-  arm_retry(s);
-}
-
-/* Joins l's publisher; with pending, the join finishes in ezi_sub_join_done. */
-static int link_join(ez_sub *s, pub_link *l, bool *pending) {
-  chan_sub *cs = NULL;
-  *pending = false;
-  int rc = ezi_chan_join(s->ctx, l->pub_id, s, &cs, pending);
-  if (rc) return rc;
-  l->cs = cs;
-  l->retry_at = 0;
-  if (!*pending) l->failures = 0;
-  drop_dead(l, false, true);
-  return 0;
-}
-
-static void retry_fire(void *arg) {
-  ez_sub *s = arg;
-  s->retry_timer = 0;
-  uint64_t now = ezi_now_ns();
-  for (size_t i = 0; i < s->n_links; i++) {
-    pub_link *l = &s->links[i];
-    if (l->cs || !l->retry_at || l->retry_at > now) continue;
-    bool pending;
-    int rc = link_join(s, l, &pending);
-    if (rc)
-      link_failed(s, l, rc);
-    else
-      l->retry_join = pending;
-  }
-  arm_retry(s);
-}
-
-/* UPDATE: join channels of new publishers, leave those no longer listed. Joins that must shake
- * hands with a remote publisher finish later (ezi_sub_join_done); the UPDATE is answered when the
- * last one has. */
-static void apply_update(ez_sub *s, const char *ids, size_t n) {
-  for (size_t i = 0; i < s->n_links;) {
-    pub_link *l = &s->links[i];
-    if (listed(ids, n, l->pub_id)) {
-      if (!l->cs && !l->retry_at) l->retry_at = ezi_now_ns(); /* listed again: try again now */
-      i++;
-      continue;
-    }
-    remove_link_at(s, i, false);
-  }
-  for (size_t i = 0; i + 36 <= n; i += 37) {
-    if (!ezi_is_uuid(ids + i, 36) || (i + 36 < n && ids[i + 36] != ',')) {
-      EZI_WARN("subscriber %s: malformed UPDATE", s->topic);
-      break;
-    }
-    char id[37];
-    memcpy(id, ids + i, 36);
-    id[36] = 0;
-    bool have = false;
-    for (size_t k = 0; k < s->n_links && !have; k++)
-      have = !strcmp(s->links[k].pub_id, id);
-    if (have) continue;
-    pub_link *v = realloc(s->links, (s->n_links + 1) * sizeof *v);
-    if (!v) continue;
-    s->links = v;
-    pub_link *l = &s->links[s->n_links++];
-    *l = (pub_link){0};
-    memcpy(l->pub_id, id, 37);
-    bool pending;
-    int rc = link_join(s, l, &pending);
-    if (rc)
-      link_failed(s, l, rc);
-    else
-      s->joins_pending += pending;
-  }
-  arm_retry(s);
-}
-
-static void graph_close(ez_sub *s) {
-  if (s->gw.fd < 0) return;
-  ezi_loop_del(&s->gw);
-  ezi_outbox_close(s->ctx, &s->gout);
-  close(s->gw.fd);
-  s->gw.fd = -1;
-  ezi_buf_free(&s->gin);
-}
-
-static void lost(ez_sub *s) {
-  graph_close(s);
-  pthread_mutex_lock(&s->mu);
-  s->lost = true;
-  signal_ready(s);
-  pthread_cond_broadcast(&s->cv);
-  pthread_mutex_unlock(&s->mu);
-}
-
-static void answer_update(ez_sub *s) {
-  uint8_t c = EZI_COMPLETE;
-  ezi_outbox_put(s->ctx, &s->gout, &c, 1);
-}
-
-/* Handles buffered graph messages, one UPDATE at a time. Returns false on a protocol error. */
-static bool process(ez_sub *s) {
-  while (!s->joins_pending) {
-    ezi_rd r;
-    ezi_rd_init(&r, ezi_buf_head(&s->gin), ezi_buf_pending(&s->gin), EZ_MAX_CONTROL_STR);
-    uint8_t cmd;
-    const char *ids = NULL;
-    size_t nid = 0;
-    if (ezi_rd_u8(&r, &cmd) && cmd == EZI_UPDATE) ezi_rd_str(&r, &ids, &nid);
-    int st = ezi_rd_status(&r);
-    if (st == 0) return true;
-    if (st < 0 || (cmd != EZI_UPDATE && cmd != EZI_COMPLETE)) {
-      EZI_WARN("subscriber %s: protocol error from the graph server", s->topic);
-      return false;
-    }
-    if (cmd == EZI_UPDATE) {
-      apply_update(s, ids, nid);
-      if (!s->joins_pending) answer_update(s);
-    } else {
-      pthread_mutex_lock(&s->mu);
-      s->initialized = true;
-      pthread_cond_broadcast(&s->cv);
-      pthread_mutex_unlock(&s->mu);
-    }
-    ezi_buf_consume(&s->gin, r.pos);
-  }
-  return true;
-}
-
-#define GRAPH_IN_LIMIT (EZ_MAX_CONTROL_STR + 16)
-
-static void on_graph(ezi_watch *w, uint32_t ev) {
-  ez_sub *s = w->arg;
-  if (ev & EPOLLOUT) ezi_outbox_flush(&s->gout);
-  if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
-  long n;
-  while ((n = ezi_buf_fill(&s->gin, w->fd, GRAPH_IN_LIMIT)) > 0)
-    if (!process(s)) return lost(s);
-  if (n < 0) return lost(s);
-  if (s->joins_pending && ezi_buf_pending(&s->gin) >= GRAPH_IN_LIMIT) {
-    /* Full while an UPDATE waits for its channels: stop reading until it is answered. */
-    s->gout.base_events = EPOLLRDHUP;
-    ezi_loop_mod(&s->gw, EPOLLRDHUP | (w->events & EPOLLOUT));
-  }
-}
-
-void ezi_sub_join_done(ez_sub *s, chan_sub *cs, int rc) {
-  pub_link *l = find_link(s, cs);
-  bool retry = l && l->retry_join;
-  if (l) l->retry_join = false;
-  if (rc) {
-    ezi_chan_leave(cs, false);
-    if (l) link_failed(s, l, rc);
-  } else if (l) {
-    l->failures = 0;
-    drop_dead(l, false, true);
-  }
-  if (retry || !s->joins_pending || --s->joins_pending) return;
-  answer_update(s);
-  if (s->gw.fd < 0) return;
-  if (!(s->gout.base_events & EPOLLIN)) {
-    s->gout.base_events = EPOLLIN | EPOLLRDHUP;
-    ezi_loop_mod(&s->gw, EPOLLIN | EPOLLRDHUP | (s->gw.events & EPOLLOUT));
-  }
-  if (!process(s)) lost(s);
 }
 
 /* ---- create / destroy ---------------------------------------------------------------------- */
@@ -514,7 +224,7 @@ static void attach_on_loop(void *arg) {
     s->lost = true;
     return;
   }
-  on_graph(&s->gw, EPOLLIN); /* the UPDATE may already be buffered */
+  ezi_sub_on_graph(&s->gw, EPOLLIN); /* the UPDATE may already be buffered */
 }
 
 static void detach_on_loop(void *arg) {
@@ -528,36 +238,7 @@ static void detach_on_loop(void *arg) {
     }
   }
   pthread_mutex_unlock(&ctx->mu);
-  graph_close(s);
-  if (s->retry_timer) ezi_loop_cancel(ctx->loop, s->retry_timer);
-  s->retry_timer = 0;
-  while (s->n_links)
-    remove_link_at(s, s->n_links - 1, true);
-}
-
-/* ezi_sub_purge's callback for a cut channel: queues again what the channel owns (in order),
- * releases the rest. */
-static void requeue_owned(chan_sub *cs, uint64_t msg_id) {
-  if (ezi_chan_msg_owned(cs, msg_id) && ezi_sub_push(ezi_chan_sub_owner(cs), cs, msg_id, false))
-    return;
-  ezi_chan_release(cs, msg_id);
-}
-
-void ezi_sub_chan_lost(ez_sub *s, chan_sub *cs) {
-  pub_link *l = find_link(s, cs);
-  /* Queued messages in the publisher's shared memory are dropped (their slots may be overwritten
-   * now); those that came whole over TCP stay queued. What the user views or still has queued
-   * stays valid until released, or until the subscriber goes (ez_sub_destroy ends views), so a
-   * membership that holds messages is kept until then. */
-  ezi_sub_purge(s, cs, requeue_owned);
-  chan_sub **v = l && !ezi_chan_sub_idle(cs) ? realloc(l->dead, (l->n_dead + 1) * sizeof *v) : NULL;
-  if (v) {
-    l->dead = v;
-    l->dead[l->n_dead++] = cs;
-  } else {
-    ezi_chan_leave(cs, false);
-  }
-  if (l) link_failed(s, l, EZ_ECONNLOST);
+  ezi_sub_links_close(s);
 }
 
 int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, ez_sub **out) {
@@ -597,7 +278,7 @@ int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, e
     sub_free(s);
     return rc;
   }
-  s->gw = (ezi_watch){.fd = fd, .fn = on_graph, .arg = s};
+  s->gw = (ezi_watch){.fd = fd, .fn = ezi_sub_on_graph, .arg = s};
   ezi_ctx_call(ctx, attach_on_loop, s);
   pthread_mutex_lock(&s->mu);
   while (!s->initialized && !s->lost && !rc)

@@ -1,0 +1,63 @@
+/* A subscriber's private state, shared by subscriber.c (the notice queue, recv, creation and
+ * destruction) and sublink.c (its graph link: UPDATEs, joining and leaving channels, and the
+ * supervision that joins a failed link again). */
+#ifndef EZI_SUBSCRIBER_H
+#define EZI_SUBSCRIBER_H
+
+#include "context.h"
+
+typedef struct note {
+  chan_sub *cs;
+  uint64_t msg_id;
+} note;
+
+typedef struct link {
+  char pub_id[37];
+  chan_sub *cs;      /* NULL while waiting to join again */
+  uint64_t retry_at; /* with cs NULL: when to join again (0: not scheduled, the server said the
+                      * publisher is unknown; the next UPDATE listing it retries) */
+  unsigned failures; /* in a row; reset by a join that completes */
+  bool retry_join;   /* cs is a retry's join, still shaking hands (not counted in joins_pending) */
+  chan_sub **dead;   /* memberships of cut channels whose messages the user still views */
+  size_t n_dead;
+} pub_link;
+
+struct ez_sub {
+  ez_context *ctx;
+  char id[37];
+  char *topic, *handle;
+  /* graph link (I/O thread) */
+  ezi_watch gw;
+  ezi_buf gin;
+  ezi_outbox gout;
+  pub_link *links;
+  size_t n_links;
+  size_t joins_pending; /* channels of the current UPDATE still shaking hands */
+  uint64_t retry_timer; /* the loop timer that joins failed links again (0: none) */
+  /* queue (mu) */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int waiters;
+  note *q;
+  size_t head, n, cap;
+  int efd;
+  bool efd_set, initialized, lost, closing;
+  bool wake_pending; /* a batch is being queued: signal once it is all there */
+  uint32_t pushed;   /* atomic: notices ever queued (what a polling receiver watches) */
+  /* the receiving thread's own (one thread at a time per subscriber) */
+  bool local_recent;    /* the last message came from a publisher in this process */
+  uint32_t spin_score;  /* how often polling found a message: 0..1024, a moving average */
+  uint32_t since_probe; /* waits since the last poll */
+};
+
+/* subscriber.c: signals a receiver (eventfd, condition variable) that the queue is not empty or
+ * the subscriber is lost. s->mu held. */
+void ezi_sub_signal_ready(ez_sub *s);
+
+/* sublink.c: the graph link's event handler (I/O thread). */
+void ezi_sub_on_graph(ezi_watch *w, uint32_t ev);
+/* sublink.c: closes the graph link, stops the retries and leaves every channel (views end: the
+ * subscriber is being destroyed). I/O thread. */
+void ezi_sub_links_close(ez_sub *s);
+
+#endif
