@@ -1,5 +1,5 @@
 /* fuzz_client: the client-side readers of what a graph server says: the one-shot requests
- * (graphclient.c, segment.c leases), the subscriber's graph link (subscriber.c on_graph: id,
+ * (graphclient.c, segment.c leases), the subscriber's graph link (sublink.c ezi_sub_on_graph: id,
  * UPDATE..., COMPLETE) and the publisher's (pubserve.c on_graph: id, COMPLETE, PAUSE, RESUME,
  * SYNC, PROFILE), against a fake graph server played by the harness.
  *
