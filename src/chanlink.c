@@ -175,8 +175,11 @@ int ezi_chan_link_start(chan *c, const char *addr) {
   char host[256];
   uint16_t port;
   if (ezi_addr_parse(addr, host, &port)) return EZ_EPROTO;
-  /* Connecting is answered by the kernel, not by the publisher's thread: a short block is fine. */
-  int fd = ezi_tcp_connect(host, port, EZ_DEFAULT_TIMEOUT_MS);
+  /* Non-blocking: a publisher on another host whose packets are dropped must not stall this I/O
+   * thread. The CHANNEL request waits in the outbox until the socket is writable, and the
+   * handshake timer bounds the whole exchange. */
+  bool connected;
+  int fd = ezi_tcp_connect_start(host, port, &connected);
   if (fd < 0) return fd == EZ_ENOSERVER ? EZ_ECONNLOST : fd;
   c->pw = (ezi_watch){.fd = fd, .fn = on_pub, .arg = c};
   ezi_outbox_init(&c->acks, &c->pw, EPOLLIN | EPOLLRDHUP);

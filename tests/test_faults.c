@@ -834,6 +834,19 @@ typedef struct fake_pub {
   char id[64];
 } fake_pub;
 
+/* Registers a publisher on topic at the server, announcing `addr` for its channels. */
+static void fake_pub_announce(fx *f, fake_pub *fp, const char *topic, const char *addr) {
+  fp->graph = rp_open(f->addr);
+  char ver[64];
+  rp_rd_str(fp->graph, ver, sizeof ver);
+  uint8_t cmd = PUBLISH;
+  rp_wr(fp->graph, &cmd, 1);
+  rp_wr_str(fp->graph, topic);
+  rp_rd_str(fp->graph, fp->id, sizeof fp->id);
+  assert_int_equal(strlen(fp->id), 36);
+  rp_wr_str(fp->graph, addr);
+}
+
 /* Registers a publisher on topic at the server, listening for channels itself. */
 static void fake_pub_register(fx *f, fake_pub *fp, const char *topic) {
   fp->data = -1;
@@ -846,15 +859,7 @@ static void fake_pub_register(fx *f, fake_pub *fp, const char *topic) {
   char my_addr[64];
   snprintf(my_addr, sizeof my_addr, "127.0.0.1:%u", ntohs(a.sin_port));
 
-  fp->graph = rp_open(f->addr);
-  char ver[64];
-  rp_rd_str(fp->graph, ver, sizeof ver);
-  uint8_t cmd = PUBLISH;
-  rp_wr(fp->graph, &cmd, 1);
-  rp_wr_str(fp->graph, topic);
-  rp_rd_str(fp->graph, fp->id, sizeof fp->id);
-  assert_int_equal(strlen(fp->id), 36);
-  rp_wr_str(fp->graph, my_addr);
+  fake_pub_announce(f, fp, topic, my_addr);
 }
 
 /* Accepts the next channel connection and reads its CHANNEL request (chan_id: its id). */
@@ -1101,6 +1106,81 @@ static void test_rejoin_with_server_stopped(void **state) {
   fx_finish(f);
 }
 
+/* ez_sub_create on another thread (a join that waits must not block the test's own checks). */
+struct sub_args {
+  ez_context *ctx;
+  ez_sub **out;
+  int rc;
+};
+static void *sub_create_main(void *arg) {
+  struct sub_args *a = arg;
+  a->rc = ez_sub_create(a->ctx, "/faults/unreach/stuck", NULL, a->out);
+  return NULL;
+}
+
+/* A publisher whose channel server never answers a connect (its accept queue is full, so the
+ * kernel drops our SYNs): joining it waits, but on nothing else; the process's other links keep
+ * delivering (the connect does not block the I/O thread). */
+static void test_unreachable_publisher(void **state) {
+  fx *f = *state;
+  ez_context *ctx = NULL;
+  assert_int_equal(ez_context_open(f->addr, &ctx), 0);
+  ez_sub *live = NULL, *stuck = NULL;
+  assert_int_equal(ez_sub_create(ctx, "/faults/unreach/live", NULL, &live), 0);
+  pid_t pub = fx_spawn(f, "tick", "pub", "/faults/unreach/live", "--address", f->addr, "--message",
+                       "tick", "--count", "0", "--rate", "200", NULL);
+  char buf[16];
+  size_t len = 0;
+  assert_int_equal(ez_recv_copy(live, buf, sizeof buf, &len, TMO), 0); /* flowing */
+
+  /* A listener with a full accept queue: connects to it hang in SYN_SENT. */
+  fake_pub fp = {.data = -1};
+  fp.listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(fp.listener, (struct sockaddr *)&a, sizeof a), 0);
+  socklen_t alen = sizeof a;
+  getsockname(fp.listener, (struct sockaddr *)&a, &alen);
+  assert_int_equal(listen(fp.listener, 0), 0);
+  int fill[3];
+  for (int i = 0; i < 3; i++) {
+    fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    connect(fill[i], (struct sockaddr *)&a, sizeof a); /* EINPROGRESS; the queue fills */
+  }
+  th_sleep_ms(50);
+  char stuck_addr[64];
+  snprintf(stuck_addr, sizeof stuck_addr, "127.0.0.1:%u", ntohs(a.sin_port));
+  fake_pub_announce(f, &fp, "/faults/unreach/stuck", stuck_addr);
+
+  /* The subscriber joins it: its UPDATE is answered only once the join fails (the 5 s handshake
+   * timer), so create it from another thread, and watch the live link meanwhile. */
+  pthread_t t;
+  struct sub_args sa = {ctx, &stuck, -1};
+  assert_int_equal(pthread_create(&t, NULL, sub_create_main, &sa), 0);
+  th_sleep_ms(200);
+  int got = 0;
+  int64_t t0 = th_now_ms();
+  while (th_now_ms() - t0 < 1000) {
+    int rc = ez_recv_copy(live, buf, sizeof buf, &len, 100);
+    if (rc == 0)
+      got++;
+    else
+      assert_int_equal(rc, EZ_ETIMEDOUT);
+  }
+  print_message("joining an unreachable publisher: %d messages in 1 s on the other link\n", got);
+  assert_true(got >= 60); /* 200 Hz; with the connect blocking the I/O thread: 10 (what was
+                           * already queued) */
+  pthread_join(t, NULL);
+  assert_int_equal(sa.rc, 0); /* created; the unreachable publisher is retried in the background */
+
+  close(fp.graph); /* the publisher leaves: the retries stop */
+  for (int i = 0; i < 3; i++)
+    close(fill[i]);
+  close(fp.listener);
+  assert_int_equal(fx_kill(f, pub, SIGTERM), 0);
+  ez_context_close(ctx);
+  fx_finish(f);
+}
+
 /* ---- 5. a subscriber that leaves while messages wait in its queue ------------------------------
  */
 
@@ -1163,6 +1243,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_channel_cut_mid_message, setup, teardown),
       cmocka_unit_test_setup_teardown(test_channel_rejoins, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rejoin_with_server_stopped, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unreachable_publisher, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sub_leaves_with_queued_messages, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
