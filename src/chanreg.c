@@ -97,14 +97,15 @@ static void on_register(chan *c, uint32_t ev) {
     ezi_rd_init(&r, ezi_buf_head(&c->gin), ezi_buf_pending(&c->gin), 300);
     const char *ver = NULL, *id = NULL, *addr = NULL;
     size_t nver = 0, nid = 0, naddr = 0;
-    uint8_t cmd = 0xff;
-    if (ezi_rd_str(&r, &ver, &nver) && ezi_rd_u8(&r, &cmd) && cmd == EZI_COMPLETE &&
+    uint8_t cmd = 0;
+    bool got_cmd = false;
+    if (ezi_rd_str(&r, &ver, &nver) && (got_cmd = ezi_rd_u8(&r, &cmd)) && cmd == EZI_COMPLETE &&
         ezi_rd_str(&r, &id, &nid))
       ezi_rd_str(&r, &addr, &naddr);
     int st = ezi_rd_status(&r);
-    if (st < 0 || (ver && cmd != 0xff && cmd != EZI_COMPLETE) || (id && !ezi_is_uuid(id, nid)))
+    if (st < 0 || (got_cmd && cmd != EZI_COMPLETE) || (id && !ezi_is_uuid(id, nid)))
       return reg_fail(c, EZ_EPROTO);
-    if (st == 0) continue; /* more to come */
+    if (st == 0) continue; /* more to come; st > 0: all four read */
     if (nver != strlen(EZ_VERSION) || memcmp(ver, EZ_VERSION, nver))
       EZI_WARN("version mismatch: graph server %.*s, client %s", (int)nver, ver, EZ_VERSION);
     char a[301];
@@ -115,12 +116,17 @@ static void on_register(chan *c, uint32_t ev) {
     ezi_buf_consume(&c->gin, r.pos);
     return registered(c, a);
   }
-  if (n < 0) { /* hung up: before its greeting (client limit), or on an unknown publisher */
+  if (n < 0) { /* hung up: before its greeting (client limit), right after it (the server does
+                * not know the publisher), or in the middle of its answer */
     ezi_rd r;
     ezi_rd_init(&r, ezi_buf_head(&c->gin), ezi_buf_pending(&c->gin), 300);
     const char *ver = NULL;
     size_t nver = 0;
-    reg_fail(c, ezi_rd_str(&r, &ver, &nver) ? EZ_ENOENT : EZ_EREFUSED);
+    uint8_t cmd;
+    int rc = !ezi_rd_str(&r, &ver, &nver) ? EZ_EREFUSED
+             : !ezi_rd_u8(&r, &cmd)       ? EZ_ENOENT
+                                          : EZ_ECONNLOST;
+    reg_fail(c, rc);
   }
 }
 
