@@ -3,6 +3,7 @@
  * here runs on the I/O thread and never blocks it: a slow or stopped graph server must not stall
  * this process's other links (test_faults: test_rejoin_with_server_stopped). */
 #include "channel.h"
+#include "regframe.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,41 +94,23 @@ static void on_register(chan *c, uint32_t ev) {
   if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
   long n;
   while ((n = ezi_buf_fill(&c->gin, c->gw.fd, 1024)) > 0) {
-    ezi_rd r;
-    ezi_rd_init(&r, ezi_buf_head(&c->gin), ezi_buf_pending(&c->gin), 300);
-    const char *ver = NULL, *id = NULL, *addr = NULL;
-    size_t nver = 0, nid = 0, naddr = 0;
-    uint8_t cmd = 0;
-    bool got_cmd = false;
-    if (ezi_rd_str(&r, &ver, &nver) && (got_cmd = ezi_rd_u8(&r, &cmd)) && cmd == EZI_COMPLETE &&
-        ezi_rd_str(&r, &id, &nid))
-      ezi_rd_str(&r, &addr, &naddr);
-    int st = ezi_rd_status(&r);
-    if (st < 0 || (got_cmd && cmd != EZI_COMPLETE) || (id && !ezi_is_uuid(id, nid)))
-      return reg_fail(c, EZ_EPROTO);
-    if (st == 0) continue; /* more to come; st > 0: all four read */
-    if (nver != strlen(EZ_VERSION) || memcmp(ver, EZ_VERSION, nver))
-      EZI_WARN("version mismatch: graph server %.*s, client %s", (int)nver, ver, EZ_VERSION);
-    char a[301];
-    memcpy(c->id, id, 36);
+    ezi_reg_answer a;
+    int st = ezi_reg_parse(ezi_buf_head(&c->gin), ezi_buf_pending(&c->gin), &a);
+    if (st < 0) return reg_fail(c, st);
+    if (st == 0) continue; /* more to come */
+    if (a.version_len != strlen(EZ_VERSION) || memcmp(a.version, EZ_VERSION, a.version_len))
+      EZI_WARN("version mismatch: graph server %.*s, client %s", (int)a.version_len, a.version,
+               EZ_VERSION);
+    char addr[EZI_REG_MAX_STR + 1];
+    memcpy(c->id, a.id, 36);
     c->id[36] = 0;
-    memcpy(a, addr, naddr);
-    a[naddr] = 0;
-    ezi_buf_consume(&c->gin, r.pos);
-    return registered(c, a);
+    memcpy(addr, a.addr, a.addr_len);
+    addr[a.addr_len] = 0;
+    ezi_buf_consume(&c->gin, a.used);
+    return registered(c, addr);
   }
-  if (n < 0) { /* hung up: before its greeting (client limit), right after it (the server does
-                * not know the publisher), or in the middle of its answer */
-    ezi_rd r;
-    ezi_rd_init(&r, ezi_buf_head(&c->gin), ezi_buf_pending(&c->gin), 300);
-    const char *ver = NULL;
-    size_t nver = 0;
-    uint8_t cmd;
-    int rc = !ezi_rd_str(&r, &ver, &nver) ? EZ_EREFUSED
-             : !ezi_rd_u8(&r, &cmd)       ? EZ_ENOENT
-                                          : EZ_ECONNLOST;
-    reg_fail(c, rc);
-  }
+  if (n < 0) /* hung up before the whole answer */
+    reg_fail(c, ezi_reg_hangup(ezi_buf_head(&c->gin), ezi_buf_pending(&c->gin)));
 }
 
 /* The server answered: attach to the publisher in this process (ready now) or start the
