@@ -33,15 +33,7 @@ static void on_graph(ezi_watch *w, uint32_t ev) {
     while (ezi_buf_pending(&c->gin) >= 9 && ezi_buf_head(&c->gin)[0] == EZI_PROFILE) {
       uint64_t ms = ezi_get_u64le(ezi_buf_head(&c->gin) + 1);
       ezi_buf_consume(&c->gin, 9);
-      json_t *j = ezi_chan_profile(c, (double)ms / 1000.0);
-      char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-      json_decref(j);
-      ezi_buf b = {0};
-      ezi_buf_put_u8(&b, EZI_PROFILE_DATA);
-      ezi_buf_put_cstr(&b, text ? text : "{}");
-      free(text);
-      if (b.data) ezi_outbox_put(c->ctx, &c->gout, b.data, b.len);
-      ezi_buf_free(&b);
+      ezi_outbox_put_profile(c->ctx, &c->gout, ezi_chan_profile(c, (double)ms / 1000.0));
     }
     if (ezi_buf_pending(&c->gin) && ezi_buf_head(&c->gin)[0] != EZI_PROFILE) {
       EZI_WARN("channel %s: unknown command %u from the graph server", c->id,

@@ -102,6 +102,17 @@ bool ezi_outbox_put(ez_context *ctx, ezi_outbox *ob, const void *p, size_t n) {
   return !dead;
 }
 
+void ezi_outbox_put_profile(ez_context *ctx, ezi_outbox *ob, json_t *j) {
+  char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  json_decref(j);
+  ezi_buf b = {0};
+  ezi_buf_put_u8(&b, EZI_PROFILE_DATA);
+  ezi_buf_put_cstr(&b, text ? text : "{}");
+  free(text);
+  if (b.data) ezi_outbox_put(ctx, ob, b.data, b.len);
+  ezi_buf_free(&b);
+}
+
 int ezi_outbox_flush(ezi_outbox *ob) {
   for (;;) {
     if (ezi_buf_pending(&ob->io)) {

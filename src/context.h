@@ -94,6 +94,9 @@ bool ezi_outbox_put(ez_context *ctx, ezi_outbox *ob, const void *p, size_t n);
  * to the socket instead. Returns true if the caller must call ezi_outbox_kick after unlocking. */
 bool ezi_outbox_put_locked(ezi_outbox *ob, const void *p1, size_t n1, const void *p2, size_t n2);
 void ezi_outbox_kick(ez_context *ctx, ezi_outbox *ob);
+/* Appends PROFILE_DATA with j as compact JSON ("{}" if j is NULL or cannot be written) and drops
+ * the reference to j. Any thread. */
+void ezi_outbox_put_profile(ez_context *ctx, ezi_outbox *ob, json_t *j);
 /* I/O thread: writes what is pending; EZ_ECONNLOST if the socket failed. */
 int ezi_outbox_flush(ezi_outbox *ob);
 /* I/O thread: marks dead and unlinks from the dirty list; frees the buffers. */

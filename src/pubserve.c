@@ -28,15 +28,7 @@ static void graph_close(ez_pub *p) {
 }
 
 static void send_profile(ez_pub *p, uint64_t window_ms) {
-  json_t *j = ezi_pub_profile(p, (double)window_ms / 1000.0);
-  char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-  json_decref(j);
-  ezi_buf b = {0};
-  ezi_buf_put_u8(&b, EZI_PROFILE_DATA);
-  ezi_buf_put_cstr(&b, text ? text : "{}");
-  free(text);
-  if (b.data) ezi_outbox_put(p->ctx, &p->gout, b.data, b.len);
-  ezi_buf_free(&b);
+  ezi_outbox_put_profile(p->ctx, &p->gout, ezi_pub_profile(p, (double)window_ms / 1000.0));
 }
 
 static void on_graph(ezi_watch *w, uint32_t ev) {

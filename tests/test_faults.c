@@ -1061,6 +1061,22 @@ static void test_channel_rejoins(void **state) {
   fx_finish(f); /* no fd, segment or process left */
 }
 
+/* How many messages `live` receives in one second (a live link keeps delivering). */
+static int count_for_1s(ez_sub *live) {
+  char buf[16];
+  size_t len = 0;
+  int got = 0;
+  int64_t t0 = th_now_ms();
+  while (th_now_ms() - t0 < 1000) {
+    int rc = ez_recv_copy(live, buf, sizeof buf, &len, 100);
+    if (rc == 0)
+      got++;
+    else
+      assert_int_equal(rc, EZ_ETIMEDOUT);
+  }
+  return got;
+}
+
 /* Joining again goes through the graph server (CHANNEL). With the server stopped, that join
  * waits, but on nothing else: the process's other links keep delivering meanwhile (the I/O thread
  * never blocks on the server), and once the server runs again the join completes. */
@@ -1082,15 +1098,7 @@ static void test_rejoin_with_server_stopped(void **state) {
   stop_process(f->server);
   close(fp.data); /* cut: `cut` joins again, and its registration waits for the server */
   th_sleep_ms(100);
-  int got = 0;
-  int64_t t0 = th_now_ms();
-  while (th_now_ms() - t0 < 1000) {
-    int rc = ez_recv_copy(live, buf, sizeof buf, &len, 100);
-    if (rc == 0)
-      got++;
-    else
-      assert_int_equal(rc, EZ_ETIMEDOUT);
-  }
+  int got = count_for_1s(live);
   print_message("server stopped: %d messages in 1 s on the other link\n", got);
   assert_true(got >= 20); /* 200 Hz: a blocked I/O thread would deliver none */
   assert_int_equal(kill(f->server, SIGCONT), 0);
@@ -1157,15 +1165,7 @@ static void test_unreachable_publisher(void **state) {
   struct sub_args sa = {ctx, &stuck, -1};
   assert_int_equal(pthread_create(&t, NULL, sub_create_main, &sa), 0);
   th_sleep_ms(200);
-  int got = 0;
-  int64_t t0 = th_now_ms();
-  while (th_now_ms() - t0 < 1000) {
-    int rc = ez_recv_copy(live, buf, sizeof buf, &len, 100);
-    if (rc == 0)
-      got++;
-    else
-      assert_int_equal(rc, EZ_ETIMEDOUT);
-  }
+  int got = count_for_1s(live);
   print_message("joining an unreachable publisher: %d messages in 1 s on the other link\n", got);
   assert_true(got >= 60); /* 200 Hz; with the connect blocking the I/O thread: 10 (what was
                            * already queued) */
