@@ -35,6 +35,14 @@ static int g_lfd = -1;
 static uint16_t g_lport, g_sport;
 static unsigned g_count;
 
+/* The harness's segment outlives this process unless its name is removed: the graph server that
+ * would unlink it runs in this process too. (Mappings stay valid after an unlink.) */
+static char g_shm_name[64];
+static void unlink_segment(void) {
+  if (g_shm_name[0]) ezi_shm_unlink(g_shm_name);
+  g_shm_name[0] = 0;
+}
+
 static void init(void) {
   if (g_srv) return;
   fz_quiet();
@@ -44,6 +52,9 @@ static void init(void) {
   if (ez_context_open(ez_server_address(g_srv), &g_ctx)) fz_die("fuzz_channel: context open");
   if (ez_shm_create(ez_server_address(g_srv), SEG_NBUF, 4096, &g_shm, TMO))
     fz_die("fuzz_channel: shm create");
+  snprintf(g_shm_name, sizeof g_shm_name, "%s", ez_shm_name(g_shm));
+  fz_cleanup = unlink_segment;
+  atexit(unlink_segment); /* libFuzzer ends a run with exit() */
   if (strlen(ez_shm_name(g_shm)) != strlen(PLACEHOLDER))
     fz_die("fuzz_channel: unexpected segment name %s", ez_shm_name(g_shm));
   g_lfd = fz_listen(&g_lport);

@@ -80,6 +80,10 @@ static inline void fz_dump_log(void) {
   pthread_mutex_unlock(&r->mu);
 }
 
+/* Run before a harness failure aborts (and registered with atexit by the harness that sets it):
+ * releases what other processes would otherwise keep, such as a segment name in /dev/shm. */
+static void (*fz_cleanup)(void);
+
 static inline void fz_die(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -88,6 +92,7 @@ static inline void fz_die(const char *fmt, ...) {
   fprintf(stderr, "\n");
   va_end(ap);
   fz_dump_log();
+  if (fz_cleanup) fz_cleanup();
   abort();
 }
 
@@ -119,6 +124,7 @@ static inline void fz_hang(const char *fmt, ...) {
     if (system(cmd) != 0) fprintf(stderr, "(no thread dump: gdb failed)\n");
   }
   fz_dump_log();
+  if (fz_cleanup) fz_cleanup();
   abort();
 }
 
