@@ -43,7 +43,8 @@ bool ezi_sub_push(ez_sub *s, chan_sub *cs, uint64_t msg_id, bool defer_wake) {
     s->head = 0;
   }
   s->q[(s->head + s->n++) % s->cap] = (note){cs, msg_id};
-  __atomic_fetch_add(&s->pushed, 1, __ATOMIC_RELEASE);
+  /* Written only under s->mu, so a store will do (no locked read-modify-write per message). */
+  __atomic_store_n(&s->pushed, __atomic_load_n(&s->pushed, __ATOMIC_RELAXED) + 1, __ATOMIC_RELEASE);
   bool wake = s->n == 1 && s->waiters;
   if (s->n == 1 && s->efd >= 0 && !s->efd_set) ezi_sub_signal_ready(s);
   if (wake && defer_wake) {

@@ -43,7 +43,8 @@ struct ez_sub {
   int efd;
   bool efd_set, initialized, lost, closing;
   bool wake_pending; /* a batch is being queued: signal once it is all there */
-  uint32_t pushed;   /* atomic: notices ever queued (what a polling receiver watches) */
+  uint32_t pushed;   /* atomic, written under mu: notices ever queued (what a polling receiver
+                      * watches) */
   /* the receiving thread's own (one thread at a time per subscriber) */
   bool local_recent;    /* the last message came from a publisher in this process */
   uint32_t spin_score;  /* how often polling found a message: 0..1024, a moving average */

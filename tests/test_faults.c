@@ -1077,6 +1077,17 @@ static int count_for_1s(ez_sub *live) {
   return got;
 }
 
+/* A 200 Hz `ezmsg pub` process on topic, whose first message has reached `live`: a link that keeps
+ * delivering while the test disturbs another one. Returns the publisher's pid. */
+static pid_t start_ticker(fx *f, ez_sub *live, const char *topic) {
+  pid_t pub = fx_spawn(f, "tick", "pub", topic, "--address", f->addr, "--message", "tick",
+                       "--count", "0", "--rate", "200", NULL);
+  char buf[16];
+  size_t len = 0;
+  assert_int_equal(ez_recv_copy(live, buf, sizeof buf, &len, TMO), 0); /* flowing */
+  return pub;
+}
+
 /* Joining again goes through the graph server (CHANNEL). With the server stopped, that join
  * waits, but on nothing else: the process's other links keep delivering meanwhile (the I/O thread
  * never blocks on the server), and once the server runs again the join completes. */
@@ -1089,11 +1100,7 @@ static void test_rejoin_with_server_stopped(void **state) {
   assert_int_equal(ez_sub_create(ctx, "/faults/frozen/b", NULL, &live), 0);
   fake_pub fp;
   fake_pub_start(f, &fp, "/faults/frozen/a", 4);
-  pid_t pub = fx_spawn(f, "tick", "pub", "/faults/frozen/b", "--address", f->addr, "--message",
-                       "tick", "--count", "0", "--rate", "200", NULL);
-  char buf[16];
-  size_t len = 0;
-  assert_int_equal(ez_recv_copy(live, buf, sizeof buf, &len, TMO), 0); /* flowing */
+  pid_t pub = start_ticker(f, live, "/faults/frozen/b");
 
   stop_process(f->server);
   close(fp.data); /* cut: `cut` joins again, and its registration waits for the server */
@@ -1135,11 +1142,7 @@ static void test_unreachable_publisher(void **state) {
   assert_int_equal(ez_context_open(f->addr, &ctx), 0);
   ez_sub *live = NULL, *stuck = NULL;
   assert_int_equal(ez_sub_create(ctx, "/faults/unreach/live", NULL, &live), 0);
-  pid_t pub = fx_spawn(f, "tick", "pub", "/faults/unreach/live", "--address", f->addr, "--message",
-                       "tick", "--count", "0", "--rate", "200", NULL);
-  char buf[16];
-  size_t len = 0;
-  assert_int_equal(ez_recv_copy(live, buf, sizeof buf, &len, TMO), 0); /* flowing */
+  pid_t pub = start_ticker(f, live, "/faults/unreach/live");
 
   /* A listener with a full accept queue: connects to it hang in SYN_SENT. */
   fake_pub fp = {.data = -1};
