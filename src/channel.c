@@ -27,9 +27,8 @@ bool ezi_chan_msg_owned(chan_sub *cs, uint64_t msg_id) {
 
 ez_sub *ezi_chan_sub_owner(const chan_sub *cs) { return cs->sub; }
 
-bool ezi_chan_local(const chan_sub *cs) { return !cs->ch->remote; }
-
 bool ezi_chan_sub_idle(chan_sub *cs) {
+  if (cs->ch->ls) return ezi_lchan_idle(cs);
   pthread_mutex_lock(&cs->ch->mu);
   bool idle = cs->in_flight == 0;
   pthread_mutex_unlock(&cs->ch->mu);
@@ -53,18 +52,8 @@ void ezi_chan_wake_subs(chan *c) {
 }
 
 void ezi_chan_ack(chan *c, uint64_t msg_id, uint64_t now) {
-  pthread_mutex_lock(&c->mu);
-  ez_pub *pub = c->local_pub;
-  if (pub) c->pub_users++;
-  pthread_mutex_unlock(&c->mu);
-  if (pub) {
-    ezi_pub_local_free(pub, msg_id, now);
-    pthread_mutex_lock(&c->mu);
-    if (--c->pub_users == 0) pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-    return;
-  }
-  if (!c->remote) return;      /* a local channel whose publisher is gone */
+  (void)now;
+  if (!c->remote) return;
   uint8_t b[9] = {EZI_RX_ACK}; /* a closed link's outbox drops it */
   ezi_put_u64le(b + 1, msg_id);
   ezi_outbox_put(c->ctx, &c->acks, b, 9);
@@ -115,17 +104,6 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
   return 1;
 }
 
-bool ezi_chan_put_local(chan *c, uint64_t msg_id, ezi_seg *seg, const uint8_t *data, size_t len,
-                        uint64_t now) {
-  ezi_unmarshalled um;
-  if (ezi_unmarshal(data, len, &um)) return false;
-  pthread_mutex_lock(&c->mu);
-  c->mode = "local";
-  bool took = ezi_chan_deliver(c, msg_id, &um, NULL, seg, now) > 0;
-  pthread_mutex_unlock(&c->mu);
-  return took;
-}
-
 int ezi_chan_view(chan_sub *cs, uint64_t msg_id, ez_msg *m) {
   chan *c = cs->ch;
   pthread_mutex_lock(&c->mu);
@@ -149,8 +127,7 @@ static void chan_destroy(chan *c);
 
 static void destroy_task(void *arg) { chan_destroy(arg); }
 
-/* Drops a reference held by a chan_sub; the last one destroys the channel on the I/O thread. */
-static void chan_unref(chan *c) {
+void ezi_chan_unref(chan *c) {
   pthread_mutex_lock(&c->mu);
   int left = --c->refs;
   pthread_mutex_unlock(&c->mu);
@@ -163,6 +140,10 @@ static void chan_unref(chan *c) {
 
 void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
   chan *c = cs->ch;
+  if (c->ls) {
+    ezi_lchan_release(cs, msg_id);
+    return;
+  }
   uint32_t idx = (uint32_t)(msg_id % c->nbuf);
   uint64_t now = ezi_now_ns();
   bool do_ack = false, free_cs = false;
@@ -183,7 +164,7 @@ void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
   if (free_cs) {
     free(cs->t0);
     free(cs);
-    chan_unref(c);
+    ezi_chan_unref(c);
   }
 }
 
@@ -197,10 +178,12 @@ json_t *ezi_chan_profile(chan *c, double window_s) {
   pthread_mutex_lock(&c->mu);
   for (size_t i = 0; i < c->n_subs; i++) {
     chan_sub *cs = c->subs[i];
-    json_array_append_new(subs,
-                          ezi_sub_tel_json(&cs->proc, ez_sub_id(cs->sub), ezi_sub_handle(cs->sub),
-                                           cs->in_flight, now, window_s));
-    in_flight += cs->in_flight;
+    uint64_t n = cs->in_flight;
+    json_t *sj = c->ls ? ezi_lchan_sub_json(cs, now, window_s, &n)
+                       : ezi_sub_tel_json(&cs->proc, ez_sub_id(cs->sub), ezi_sub_handle(cs->sub),
+                                          cs->in_flight, now, window_s);
+    json_array_append_new(subs, sj);
+    in_flight += n;
   }
   const char *mode = c->mode;
   pthread_mutex_unlock(&c->mu);
@@ -258,12 +241,21 @@ int ezi_chan_link_done(chan *c, int rc) {
   size_t n = c->n_subs;
   chan_sub **waiting = malloc((n ? n : 1) * sizeof *waiting);
   if (!rc && (!waiting || !(c->slots = calloc(c->nbuf, sizeof *c->slots)))) rc = EZ_ENOMEM;
+  if (!rc && c->local_pub && !(c->ls = calloc(c->nbuf, sizeof *c->ls))) rc = EZ_ENOMEM;
   for (size_t i = 0; i < n && !rc; i++)
     if (!(c->subs[i]->t0 = calloc(c->nbuf, sizeof(uint64_t)))) rc = EZ_ENOMEM;
   c->state = rc ? CH_FAILED : CH_READY;
   if (waiting) memcpy(waiting, c->subs, n * sizeof *waiting);
   c->refs++; /* ours while the subscribers hear of it: they may leave, and UPDATEs follow */
   pthread_mutex_unlock(&c->mu);
+  /* A local channel starts taking messages before its subscribers hear it is ready: a message
+   * published once their creation returned must reach them. */
+  if (!rc && c->local_pub && (rc = ezi_pub_set_local(c->local_pub, c))) {
+    pthread_mutex_lock(&c->mu);
+    c->state = CH_FAILED;
+    c->local_pub = NULL;
+    pthread_mutex_unlock(&c->mu);
+  }
   if (rc) ezi_chan_link_close(c);
   /* Tell each waiting subscriber; on failure they leave. */
   for (size_t i = 0; waiting && i < n; i++)
@@ -302,10 +294,12 @@ void ezi_chan_link_lost(chan *c) {
 
 void ezi_chan_pub_gone(chan *c) {
   pthread_mutex_lock(&c->mu);
+  ez_pub *pub = c->local_pub;
   c->local_pub = NULL;
   while (c->pub_users)
-    pthread_cond_wait(&c->cv, &c->mu); /* acks in progress finish first */
+    pthread_cond_wait(&c->cv, &c->mu); /* wake-ups in progress finish first */
   pthread_mutex_unlock(&c->mu);
+  if (pub && c->ls) ezi_pub_hand_over(pub, &c->kept_seg, &c->kept_retired);
 }
 
 static void chan_destroy(chan *c) {
@@ -330,7 +324,11 @@ static void chan_destroy(chan *c) {
   for (uint32_t i = 0; c->slots && i < c->nbuf; i++)
     slot_clear(&c->slots[i]);
   ezi_seg_unref(c->seg);
+  ezi_seg_unref(c->kept_seg);
+  ezi_seg_chain_free(c->kept_retired);
   free(c->slots);
+  free(c->ls);
+  free(c->lsubs);
   free(c->subs);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
@@ -365,7 +363,12 @@ int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **o
   c->subs[c->n_subs++] = cs;
   c->refs++;
   *pending = c->state == CH_REGISTERING || c->state == CH_CONNECTING;
+  bool local = c->ls != NULL;
   pthread_mutex_unlock(&c->mu);
+  if (local && ezi_lchan_join(c, cs)) {
+    ezi_chan_leave(cs, false);
+    return EZ_ENOMEM;
+  }
   *out = cs;
   return 0;
 }
@@ -379,9 +382,13 @@ void ezi_chan_leave(chan_sub *cs, bool release_viewed) {
       break;
     }
   }
-  cs->gone = true;
-  cs->leaving = true;
+  bool local = c->ls != NULL;
+  if (!local) cs->gone = cs->leaving = true;
   pthread_mutex_unlock(&c->mu);
+  if (local) {
+    ezi_lchan_leave(cs, release_viewed);
+    return;
+  }
   /* What it had queued is released now; what it is viewing, when the user releases it. */
   ezi_sub_purge(cs->sub, cs, ezi_chan_release);
   if (release_viewed) { /* the subscriber is being destroyed: its views end now */
@@ -400,6 +407,6 @@ void ezi_chan_leave(chan_sub *cs, bool release_viewed) {
   if (free_now) {
     free(cs->t0);
     free(cs);
-    chan_unref(c);
+    ezi_chan_unref(c);
   }
 }

@@ -15,6 +15,19 @@ typedef struct slot {
   ez_iov *iov;    /* raw pickles: the buffers */
 } slot;
 
+/* An entry of a local channel's ring (localchan.c): written by the publisher before it publishes
+ * the message, read by receivers after; `refs` (atomic) counts the receivers still holding it,
+ * and the last one stores freed_at before it drops refs to zero. */
+typedef struct lslot {
+  uint64_t msg_id, t0, freed_at;
+  const uint8_t *data;
+  size_t len;
+  uint32_t refs;
+} lslot;
+
+/* A subscriber's membership of a channel. Its fields are guarded by chan->mu, except for a local
+ * channel's members, whose t0, held, next, end, gone, leaving and proc are guarded by their
+ * subscriber's mu (receivers of local channels never take chan->mu per message). */
 struct chan_sub {
   chan *ch;
   ez_sub *sub;
@@ -23,6 +36,10 @@ struct chan_sub {
   bool gone;    /* left its channel; freed once nothing it held is outstanding */
   bool leaving; /* ezi_chan_leave is running: it frees the struct itself */
   ezi_window proc;
+  /* local channels */
+  uint64_t next; /* the next message id to take */
+  uint64_t end;  /* UINT64_MAX while a member; after leaving, the first id not counted for it */
+  uint32_t held; /* taken and not released yet */
 };
 
 enum { CH_REGISTERING, CH_CONNECTING, CH_READY, CH_FAILED };
@@ -39,9 +56,18 @@ struct chan {
   size_t n_subs;
   int refs; /* chan_subs alive (chan->mu) */
   const char *mode;
-  /* local */
+  /* local (localchan.c) */
   ez_pub *local_pub;
   int pub_users;
+  lslot *ls;        /* the ring, one entry per slot; set before any message (local channels only) */
+  chan_sub **lsubs; /* the members each new message counts (pub->mu) */
+  size_t n_lsubs;   /* (pub->mu) */
+  ezi_seg *kept_seg; /* a gone publisher's segments, which messages still queued live in */
+  ezi_seg_chain *kept_retired;
+  char pad0_[64];
+  uint64_t published; /* atomic: every id below has been put */
+  uint32_t pub_wants; /* atomic: 0, the slot + 1 the publisher sleeps for, or EZI_LWANT_ANY */
+  char pad1_[64];
   /* remote (I/O thread; `remote` is set before anyone else sees the channel) */
   bool remote;
   ezi_watch pw;
@@ -83,6 +109,26 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
 void ezi_chan_link_lost(chan *c);
 /* Wakes the subscribers a batch of deferred deliveries left asleep (chanlink.c, after a read). */
 void ezi_chan_wake_subs(chan *c);
+/* Drops a reference held by a chan_sub; the last one destroys the channel on the I/O thread. */
+void ezi_chan_unref(chan *c);
+
+/* localchan.c, receiver side. ezi_lchan_add: makes cs a member of local channel c from the next
+ * message on (pub->mu held, or the publisher gone; I/O thread). ezi_lchan_attach: the same for
+ * every subscriber of c, which starts with message next_id (pub->mu held). EZ_ENOMEM. */
+int ezi_lchan_add(chan *c, chan_sub *cs);
+/* ezi_lchan_add for a channel already attached (takes pub->mu). I/O thread. */
+int ezi_lchan_join(chan *c, chan_sub *cs);
+int ezi_lchan_attach(chan *c, uint64_t next_id);
+/* cs leaves its local channel: what it had not taken is released, and with release_viewed what
+ * it views too. Frees cs when nothing is left. I/O thread. */
+void ezi_lchan_leave(chan_sub *cs, bool release_viewed);
+/* Releases a message taken by ezi_lchan_take. Any thread. */
+void ezi_lchan_release(chan_sub *cs, uint64_t msg_id);
+/* True if a local member holds nothing (none queued, none viewed). */
+bool ezi_lchan_idle(chan_sub *cs);
+/* Profile of a local member (sets *in_flight). */
+json_t *ezi_lchan_sub_json(chan_sub *cs, uint64_t now, double window_s, uint64_t *in_flight);
+
 /* Acks msg_id to the publisher (now: the release time). Never called with c->mu held. */
 void ezi_chan_ack(chan *c, uint64_t msg_id, uint64_t now);
 

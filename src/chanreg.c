@@ -113,13 +113,11 @@ static void registered(chan *c, const char *addr) {
   ez_pub *local = ezi_ctx_find_pub(c->ctx, c->pub_id);
   if (local) {
     c->nbuf = ezi_pub_num_buffers(local);
-    if (ezi_chan_link_done(c, 0) == 0) { /* slots exist now: the publisher may deliver */
-      pthread_mutex_lock(&c->mu);
-      c->local_pub = local;
-      c->mode = "local";
-      pthread_mutex_unlock(&c->mu);
-      ezi_pub_set_local(local, c);
-    }
+    pthread_mutex_lock(&c->mu);
+    c->local_pub = local;
+    c->mode = "local";
+    pthread_mutex_unlock(&c->mu);
+    ezi_chan_link_done(c, 0); /* attaches it to the publisher */
     return;
   }
   c->state = CH_CONNECTING;

@@ -6,7 +6,9 @@
  * there (ezi_ctx_call).
  *
  * Lock order, outermost first: pub->mu, chan->mu, sub->mu, outbox->mu. No lock is held across a
- * blocking system call except the outbox's short appends. */
+ * blocking system call except the outbox's short appends. Messages between threads of one process
+ * take no lock of the other side (localchan.c): the publisher only its pub->mu, a receiver only
+ * its sub->mu, unless the other side sleeps. */
 #ifndef EZI_CONTEXT_H
 #define EZI_CONTEXT_H
 
@@ -48,6 +50,15 @@ static inline uint8_t *ezi_seg_data(const ezi_seg *s, uint64_t i) {
 static inline uint64_t ezi_seg_room(const ezi_seg *s) { return s->shm.stride - 16; }
 void ezi_seg_ref(ezi_seg *s);
 void ezi_seg_unref(ezi_seg *s);
+
+/* Segments a publisher replaced (grew) while messages in them were still held. */
+typedef struct ezi_seg_chain {
+  ezi_seg *seg;
+  uint64_t last_id; /* the last message sent in it */
+  struct ezi_seg_chain *next;
+} ezi_seg_chain;
+/* Drops the segments of a chain and frees it. */
+void ezi_seg_chain_free(ezi_seg_chain *c);
 
 /* ---- outbox: bytes for one socket, appended by any thread, written by the I/O thread ----------
  * Appends are cheap (a lock and a memcpy); the first append after a flush asks the loop to write,
@@ -108,11 +119,14 @@ ez_pub *ezi_ctx_find_pub(ez_context *ctx, const char *id);
 chan *ezi_ctx_find_chan(ez_context *ctx, const char *pub_id);
 
 /* ---- publisher (publisher.c) --------------------------------------------------------------- */
-/* Frees a local channel's lease on msg_id's slot (now: the release time). Any thread; takes
- * pub->mu. */
-void ezi_pub_local_free(ez_pub *pub, uint64_t msg_id, uint64_t now);
-/* Attaches / detaches the process's local channel. I/O thread. */
-void ezi_pub_set_local(ez_pub *pub, chan *c);
+/* A receiver freed the local slot the publisher waits for (or it waits for any): takes pub->mu,
+ * collects the freed slots and wakes it. Any thread. */
+void ezi_pub_local_wake(ez_pub *pub);
+/* Attaches the process's local channel (EZ_ENOMEM) or, with c NULL, detaches it. I/O thread. */
+int ezi_pub_set_local(ez_pub *pub, chan *c);
+/* The publisher goes away: hands its current segment (a new reference) and its retired ones over
+ * to the local channel, whose queued messages and views may still live in them. I/O thread. */
+void ezi_pub_hand_over(ez_pub *pub, ezi_seg **seg, ezi_seg_chain **retired);
 uint32_t ezi_pub_num_buffers(const ez_pub *pub);
 /* Profile JSON of a publisher (new reference). */
 json_t *ezi_pub_profile(ez_pub *pub, double window_s);
@@ -126,10 +140,19 @@ int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **o
  * the messages its user is viewing (else those are released by the user); the channel goes away
  * with its last subscriber. I/O thread. */
 void ezi_chan_leave(chan_sub *cs, bool release_viewed);
-/* A message the local publisher just wrote into its slot. Returns true if any subscriber took it
- * (the publisher then holds the slot for this channel). Called with pub->mu held. */
-bool ezi_chan_put_local(chan *c, uint64_t msg_id, ezi_seg *seg, const uint8_t *slot, size_t len,
-                        uint64_t now);
+/* localchan.c, publisher side (pub->mu held). ezi_lchan_put: the publisher wrote message msg_id
+ * (len payload bytes at data) into its slot; true if any member holds it now. ezi_lchan_slot_free:
+ * true (with the time of the last release) once no member holds slot idx. ezi_lchan_set_wants:
+ * announces what the publisher is about to sleep for (0, slot + 1 or EZI_LWANT_ANY).
+ * ezi_lchan_spin: polls slot idx for up to budget_ns; true if it was freed. */
+/* ezi_lchan_attach: makes every subscriber of local channel c a member, from message next_id on
+ * (EZ_ENOMEM; I/O thread). */
+#define EZI_LWANT_ANY UINT32_MAX /* pub_wants: the publisher sleeps until any slot is freed */
+int ezi_lchan_attach(chan *c, uint64_t next_id);
+bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now);
+bool ezi_lchan_slot_free(chan *c, uint32_t idx, uint64_t *freed_at);
+void ezi_lchan_set_wants(chan *c, uint32_t wants);
+bool ezi_lchan_spin(chan *c, uint32_t idx, uint64_t budget_ns);
 /* The publisher of a local channel is going away. I/O thread. */
 void ezi_chan_pub_gone(chan *c);
 /* Fills a view of message msg_id for cs (called by recv). EZ_ENOENT if it is gone. */
@@ -139,8 +162,6 @@ void ezi_chan_release(chan_sub *cs, uint64_t msg_id);
 /* True if msg_id's bytes belong to cs's channel (it came over TCP), not to the publisher's shared
  * memory. Any thread; not with the subscriber's lock held. */
 bool ezi_chan_msg_owned(chan_sub *cs, uint64_t msg_id);
-/* True if cs's channel is fed by a publisher in this process. Any thread. */
-bool ezi_chan_local(const chan_sub *cs);
 /* The subscriber cs belongs to. */
 ez_sub *ezi_chan_sub_owner(const chan_sub *cs);
 /* True if cs holds no message (none queued, none viewed). Any thread. */

@@ -34,14 +34,35 @@ size_t ez_pub_num_channels(ez_pub *p) {
   return n;
 }
 
-void ezi_pub_set_local(ez_pub *p, chan *c) {
+static void harvest_all(ez_pub *p);
+
+int ezi_pub_set_local(ez_pub *p, chan *c) {
   pthread_mutex_lock(&p->mu);
-  if (!c) { /* the local channel leaves: free what it held */
-    uint64_t now = ezi_now_ns();
+  int rc = 0;
+  if (c) {
+    rc = ezi_lchan_attach(c, p->next_id);
+    if (!rc) p->local = c;
+  } else if (p->local) { /* the local channel leaves (its members released everything) */
+    harvest_all(p);
     for (uint32_t i = 0; i < p->nbuf; i++)
-      if (p->local_t0[i]) ezi_pub_free_locked(p, NULL, p->slot_msg[i], now);
+      if (p->local_t0[i]) { /* cannot happen: a member still held it */
+        p->local_t0[i] = 0;
+        p->in_flight--;
+      }
+    p->local = NULL;
+    ezi_pub_check_sync(p);
+    if (p->waiters) pthread_cond_broadcast(&p->cv);
   }
-  p->local = c;
+  pthread_mutex_unlock(&p->mu);
+  return rc;
+}
+
+void ezi_pub_hand_over(ez_pub *p, ezi_seg **seg, ezi_seg_chain **retired) {
+  pthread_mutex_lock(&p->mu);
+  ezi_seg_ref(p->seg);
+  *seg = p->seg;
+  *retired = p->retired;
+  p->retired = NULL;
   pthread_mutex_unlock(&p->mu);
 }
 
@@ -78,12 +99,7 @@ static void pub_free(ez_pub *p) {
   free(p->local_t0);
   free(p->chans);
   ezi_seg_unref(p->seg);
-  while (p->retired) {
-    struct retired_seg *r = p->retired;
-    p->retired = r->next;
-    ezi_seg_unref(r->seg);
-    free(r);
-  }
+  ezi_seg_chain_free(p->retired);
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
   free(p);
@@ -246,22 +262,59 @@ void ez_pub_destroy(ez_pub *p) {
   pub_free(p);
 }
 
-/* ---- backpressure -------------------------------------------------------------------------- */
+/* ---- backpressure ------------------------------------------------------------------------- */
+
+static void release_retired(ez_pub *p);
+
+/* True if the local channel still holds slot idx; if its members released it, records the
+ * lease's duration and forgets it (p->mu held). */
+static bool local_held(ez_pub *p, uint32_t idx) {
+  if (!p->local_t0[idx]) return false;
+  uint64_t freed;
+  if (!p->local || !ezi_lchan_slot_free(p->local, idx, &freed)) return p->local != NULL;
+  uint64_t t0 = p->local_t0[idx];
+  ezi_window_add(&p->tel_bp, freed, freed > t0 ? freed - t0 : 0);
+  p->local_t0[idx] = 0;
+  p->in_flight--;
+  return false;
+}
+
+static bool slot_busy(ez_pub *p, uint32_t idx) { return p->leases[idx] || local_held(p, idx); }
+
+/* Collects every slot the local channel released (p->mu held). */
+static void harvest_all(ez_pub *p) {
+  for (uint32_t i = 0; i < p->nbuf; i++)
+    local_held(p, i);
+  if (p->retired) release_retired(p);
+}
+
+/* Tells the local channel's receivers what a releaser must wake the publisher for: a pending
+ * SYNC or flush waits for every slot, a publish for its next one. Then the caller checks again
+ * before it sleeps (p->mu held). */
+static void set_wants(ez_pub *p) {
+  if (!p->local) return;
+  uint32_t w = 0;
+  if (p->sync_pending || (p->waiters && p->want < 0))
+    w = EZI_LWANT_ANY;
+  else if (p->waiters)
+    w = (uint32_t)p->want + 1;
+  ezi_lchan_set_wants(p->local, w);
+}
 
 void ezi_pub_check_sync(ez_pub *p) {
   if (!p->sync_pending) return;
+  set_wants(p); /* before looking: a release from now on wakes us */
   for (uint32_t i = 0; i < p->nbuf; i++)
-    if (p->leases[i]) return;
+    if (slot_busy(p, i)) return;
   p->sync_pending = false;
+  set_wants(p);
   uint8_t c = EZI_COMPLETE;
   ezi_outbox_put(p->ctx, &p->gout, &c, 1);
 }
 
-static void release_retired(ez_pub *p);
-
 void ezi_pub_free_locked(ez_pub *p, pub_chan *pc, uint64_t msg_id, uint64_t now) {
   uint32_t idx = (uint32_t)(msg_id % p->nbuf);
-  uint64_t *t0 = pc ? &pc->t0[idx] : &p->local_t0[idx];
+  uint64_t *t0 = &pc->t0[idx];
   if (!*t0 || p->slot_msg[idx] != msg_id) return; /* stale or duplicate ack */
   ezi_window_add(&p->tel_bp, now, now - *t0);
   *t0 = 0;
@@ -274,22 +327,45 @@ void ezi_pub_free_locked(ez_pub *p, pub_chan *pc, uint64_t msg_id, uint64_t now)
   }
 }
 
-void ezi_pub_local_free(ez_pub *p, uint64_t msg_id, uint64_t now) {
+void ezi_pub_local_wake(ez_pub *p) {
   pthread_mutex_lock(&p->mu);
-  ezi_pub_free_locked(p, NULL, msg_id, now);
+  harvest_all(p);
+  ezi_pub_check_sync(p);
+  if (p->waiters) pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
+}
+
+/* Before sleeping for slot idx that only the local channel holds, polls it for a while (p->mu
+ * held: the receivers' releases do not need it), as long as polling pays. True if it came free. */
+static bool poll_slot(ez_pub *p, uint32_t idx) {
+  uint64_t budget = p->ctx->spin_ns;
+  if (!budget || !p->local || p->leases[idx] || !p->local_t0[idx]) return false;
+  if (p->spin_score < SPIN_WORTH && ++p->since_probe < 32) return false;
+  p->since_probe = 0;
+  bool got = ezi_lchan_spin(p->local, idx, budget);
+  p->spin_score = p->spin_score - p->spin_score / 8 + (got ? 128 : 0);
+  return got;
 }
 
 /* Waits (p->mu held) until the next slot is free and the publisher runs. The deadline is read
  * from the clock only when there is something to wait for (*deadline 0: not yet). */
 static int wait_slot(ez_pub *p, int timeout_ms, uint64_t *deadline) {
   uint32_t idx = (uint32_t)(p->next_id % p->nbuf);
-  while (!p->closing && (!p->running || p->leases[idx])) {
+  bool polled = false;
+  while (!p->closing && (!p->running || slot_busy(p, idx))) {
     if (!*deadline) *deadline = ezi_deadline(timeout_ms);
+    if (!polled && p->running) {
+      polled = true;
+      if (poll_slot(p, idx)) continue;
+    }
     p->waiters++;
     p->want = p->running ? (int64_t)idx : -1;
-    int rc = ezi_cond_wait(&p->cv, &p->mu, *deadline);
+    set_wants(p);
+    int rc = 0;
+    if (!p->running || slot_busy(p, idx)) /* again, now that releasers know */
+      rc = ezi_cond_wait(&p->cv, &p->mu, *deadline);
     p->waiters--;
+    set_wants(p);
     if (rc) return rc;
   }
   return p->closing ? EZ_ECLOSED : 0;
@@ -311,12 +387,19 @@ static int grow(ez_pub *p, uint64_t need) {
   pthread_mutex_lock(&p->mu);
   if (rc) return rc;
   uint64_t room = ezi_seg_room(p->seg);
-  for (uint32_t i = 0; i < p->nbuf; i++)
-    if (p->leases[i]) memcpy(ezi_seg_data(ns, i), ezi_seg_data(p->seg, i), room);
   ezi_seg *old = p->seg;
-  struct retired_seg *r = p->next_id ? malloc(sizeof *r) : NULL;
-  if (r) { /* channels may still have to attach the old one for messages in flight */
-    *r = (struct retired_seg){old, p->next_id - 1, p->retired};
+  ezi_seg_chain *r = NULL;
+  /* Channels may still have to attach the old one for messages in flight, and local views point
+   * into it: it is kept until they are released. */
+  if (p->next_id && !(r = malloc(sizeof *r))) {
+    ezi_seg_unref(ns);
+    return EZ_ENOMEM;
+  }
+  harvest_all(p);
+  for (uint32_t i = 0; i < p->nbuf; i++)
+    if (p->leases[i] || p->local_t0[i]) memcpy(ezi_seg_data(ns, i), ezi_seg_data(old, i), room);
+  if (r) {
+    *r = (ezi_seg_chain){old, p->next_id - 1, p->retired};
     p->retired = r;
     old = NULL;
   }
@@ -332,9 +415,9 @@ static int grow(ez_pub *p, uint64_t need) {
 static void release_retired(ez_pub *p) {
   uint64_t oldest = UINT64_MAX; /* the oldest message still held somewhere */
   for (uint32_t i = 0; i < p->nbuf; i++)
-    if (p->leases[i] && p->slot_msg[i] < oldest) oldest = p->slot_msg[i];
-  for (struct retired_seg **rp = &p->retired; *rp;) {
-    struct retired_seg *r = *rp;
+    if ((p->leases[i] || p->local_t0[i]) && p->slot_msg[i] < oldest) oldest = p->slot_msg[i];
+  for (ezi_seg_chain **rp = &p->retired; *rp;) {
+    ezi_seg_chain *r = *rp;
     if (oldest != UINT64_MAX && oldest <= r->last_id) {
       rp = &r->next;
       continue;
@@ -353,9 +436,8 @@ static void send_slot(ez_pub *p, size_t len) {
   size_t total = EZI_MARSHAL_BYTES_HDR + len;
   ezi_marshal_bytes_header(slot, id, len);
   p->slot_msg[idx] = id;
-  if (p->local && ezi_chan_put_local(p->local, id, p->seg, slot, total, now)) {
+  if (p->local && ezi_lchan_put(p->local, id, slot + EZI_MARSHAL_BYTES_HDR, len, now)) {
     p->local_t0[idx] = now;
-    p->leases[idx]++;
     p->in_flight++;
   }
   uint8_t hdr[1 + 8 + 8 + 8 + EZI_SHM_NAME_MAX];
@@ -449,11 +531,15 @@ int ez_pub_flush(ez_pub *p, int timeout_ms) {
   uint64_t deadline = ezi_deadline(timeout_ms);
   pthread_mutex_lock(&p->mu);
   int rc = 0;
+  harvest_all(p);
   while (!rc && p->in_flight && !p->closing) {
     p->waiters++;
     p->want = -1;
-    rc = ezi_cond_wait(&p->cv, &p->mu, deadline);
+    set_wants(p);
+    harvest_all(p); /* again, now that releasers know */
+    if (p->in_flight) rc = ezi_cond_wait(&p->cv, &p->mu, deadline);
     p->waiters--;
+    set_wants(p);
   }
   pthread_mutex_unlock(&p->mu);
   return rc;
@@ -464,6 +550,7 @@ int ez_pub_flush(ez_pub *p, int timeout_ms) {
 json_t *ezi_pub_profile(ez_pub *p, double window_s) {
   uint64_t now = ezi_now_ns();
   pthread_mutex_lock(&p->mu);
+  harvest_all(p);
   json_t *j = ezi_pub_tel_json(&p->tel_msgs, &p->tel_bp, p->total_msgs, p->total_bytes,
                                p->in_flight, now, window_s);
   size_t nch = count_channels(p);

@@ -44,7 +44,7 @@ struct ez_pub {
   ezi_seg *seg;
   bool shm_real; /* seg is the server's segment, mapped here too */
   uint64_t next_id;
-  uint32_t *leases;   /* holders per slot */
+  uint32_t *leases;   /* remote channels holding each slot (the local one: local_t0, ls refs) */
   uint64_t *slot_msg; /* msg id currently in each slot */
   bool running, sync_pending, closing, loaned;
   size_t loan_len;
@@ -54,12 +54,10 @@ struct ez_pub {
   uint64_t *local_t0;
   /* Segments replaced by a grow, kept (with their server leases) until every message sent while
    * they were current has been released: a channel that has not read its TX_SHM yet must still
-   * be able to attach them. */
-  struct retired_seg {
-    ezi_seg *seg;
-    uint64_t last_id; /* the last message sent in it */
-    struct retired_seg *next;
-  } *retired;
+   * be able to attach them, and local views still point into them. */
+  ezi_seg_chain *retired;
+  uint32_t spin_score; /* how often polling for a local slot paid off (0..1024) */
+  uint32_t since_probe;
   ezi_window tel_msgs, tel_bp;
   uint64_t total_msgs, total_bytes, in_flight;
 };
@@ -67,7 +65,7 @@ struct ez_pub {
 /* pubserve.c */
 int ezi_pub_serve_start(ez_pub *pub, int graph_fd, int listen_fd);
 void ezi_pub_serve_stop(ez_pub *pub);
-/* Frees the lease of `pc` (or of the local channel if pc is NULL) on msg_id. pub->mu held. */
+/* Frees the lease of remote channel `pc` on msg_id. pub->mu held. */
 void ezi_pub_free_locked(ez_pub *pub, pub_chan *pc, uint64_t msg_id, uint64_t now);
 /* Sends COMPLETE for a pending SYNC once every slot is free. pub->mu held. */
 void ezi_pub_check_sync(ez_pub *pub);

@@ -124,6 +124,15 @@ void ezi_seg_unref(ezi_seg *s) {
   free(s);
 }
 
+void ezi_seg_chain_free(ezi_seg_chain *c) {
+  while (c) {
+    ezi_seg_chain *n = c->next;
+    ezi_seg_unref(c->seg);
+    free(c);
+    c = n;
+  }
+}
+
 /* ---- public ez_shm ------------------------------------------------------------------------- */
 struct ez_shm {
   ezi_seg *seg;

@@ -64,11 +64,24 @@ void ezi_sub_wake(ez_sub *s) {
   if (wake) pthread_cond_signal(&s->cv);
 }
 
-static void clear_ready(ez_sub *s) { /* s->mu held; the queue just became empty */
+/* The queue and the local channels are empty (s->mu held): the fd stops being readable, and the
+ * local publishers are asked to make it readable again with their next message. */
+static void now_empty(ez_sub *s) {
   if (s->efd_set) {
     uint64_t v;
     if (read(s->efd, &v, sizeof v) == sizeof v || errno == EAGAIN) s->efd_set = false;
   }
+  if (s->efd >= 0 && s->n_locals) {
+    __atomic_store_n(&s->want_signal, 1, __ATOMIC_SEQ_CST);
+    if (ezi_lchan_ready(s)) { /* one came meanwhile */
+      __atomic_store_n(&s->want_signal, 0, __ATOMIC_RELAXED);
+      ezi_sub_signal_ready(s);
+    }
+  }
+}
+
+static void maybe_empty(ez_sub *s) {
+  if (!s->n && !ezi_lchan_ready(s)) now_empty(s);
 }
 
 void ezi_sub_purge(ez_sub *s, chan_sub *cs, void (*fn)(chan_sub *, uint64_t)) {
@@ -92,7 +105,7 @@ void ezi_sub_purge(ez_sub *s, chan_sub *cs, void (*fn)(chan_sub *, uint64_t)) {
         s->q[(s->head + kept++) % s->cap] = x;
     }
     s->n = kept;
-    if (!s->n) clear_ready(s);
+    if (!s->n) maybe_empty(s);
     left -= nid;
     pthread_mutex_unlock(&s->mu);
     for (size_t i = 0; i < nid; i++)
@@ -118,6 +131,12 @@ static bool poll_local(ez_sub *s) {
       got = true;
       break;
     }
+    if (!(k & 7)) { /* the local channels can change under us: look with the lock */
+      pthread_mutex_lock(&s->mu);
+      got = ezi_lchan_ready(s);
+      pthread_mutex_unlock(&s->mu);
+      if (got) break;
+    }
     ezi_cpu_relax();
     if (!(k & 63) && ezi_now_ns() - t0 >= budget) break;
   }
@@ -133,32 +152,44 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
   for (;;) {
     pthread_mutex_lock(&s->mu);
     int rc = 0;
-    while (!s->n && !rc) {
-      if (s->closing)
+    while (!s->n && !ezi_lchan_ready(s) && !rc) {
+      if (s->closing) {
         rc = EZ_ECLOSED;
-      else if (s->lost)
+      } else if (s->lost) {
         rc = EZ_ECONNLOST;
-      else if (timeout_ms == 0)
-        rc = EZ_EAGAIN;
-      else {
+      } else if (timeout_ms == 0) {
+        now_empty(s); /* a stale readable fd is cleared; what just came is taken */
+        if (!s->n && !ezi_lchan_ready(s)) rc = EZ_EAGAIN;
+      } else {
         if (!deadline) deadline = ezi_deadline(timeout_ms);
         if (!polled) {
           polled = true;
           if (poll_local(s)) continue;
         }
         s->waiters++;
-        rc = ezi_cond_wait(&s->cv, &s->mu, deadline);
+        /* Announce the sleep to local publishers, then look again (localchan.c). */
+        if (s->n_locals) __atomic_store_n(&s->want_signal, 1, __ATOMIC_SEQ_CST);
+        if (!ezi_lchan_ready(s)) rc = ezi_cond_wait(&s->cv, &s->mu, deadline);
         s->waiters--;
+        if (s->efd < 0) __atomic_store_n(&s->want_signal, 0, __ATOMIC_RELAXED);
       }
     }
     if (rc) {
       pthread_mutex_unlock(&s->mu);
       return rc;
     }
+    /* Alternate between the two sources while both have messages. */
+    bool local = s->n_locals && (!s->n || (s->rr = !s->rr));
+    if (local && ezi_lchan_take(s, m)) {
+      s->local_recent = true;
+      if (s->efd >= 0) maybe_empty(s);
+      pthread_mutex_unlock(&s->mu);
+      return 0;
+    }
     note x = s->q[s->head];
-    s->local_recent = ezi_chan_local(x.cs);
+    s->local_recent = false;
     s->head = (s->head + 1) % s->cap;
-    if (--s->n == 0) clear_ready(s);
+    if (--s->n == 0) maybe_empty(s);
     pthread_mutex_unlock(&s->mu);
     if (ezi_chan_view(x.cs, x.msg_id, m) == 0) return 0;
   }
@@ -190,7 +221,10 @@ int ez_sub_fd(const ez_sub *cs) {
   pthread_mutex_lock(&s->mu);
   if (s->efd < 0) {
     s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (s->efd >= 0 && (s->n || s->lost)) ezi_sub_signal_ready(s);
+    if (s->efd >= 0 && (s->n || s->lost || ezi_lchan_ready(s)))
+      ezi_sub_signal_ready(s);
+    else if (s->efd >= 0)
+      now_empty(s);
   }
   int fd = s->efd;
   pthread_mutex_unlock(&s->mu);
@@ -204,6 +238,7 @@ static void sub_free(ez_sub *s) {
   free(s->handle);
   free(s->q);
   free(s->links);
+  free(s->locals);
   if (s->efd >= 0) close(s->efd);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);

@@ -42,9 +42,13 @@ struct ez_sub {
   size_t head, n, cap;
   int efd;
   bool efd_set, initialized, lost, closing;
-  bool wake_pending; /* a batch is being queued: signal once it is all there */
-  uint32_t pushed;   /* atomic, written under mu: notices ever queued (what a polling receiver
-                      * watches) */
+  bool wake_pending;    /* a batch is being queued: signal once it is all there */
+  uint32_t pushed;      /* atomic, written under mu: notices ever queued (what a polling receiver
+                         * watches) */
+  chan_sub **locals;    /* memberships of local channels (mu) */
+  size_t n_locals, lrr; /* lrr: where the next local take starts looking */
+  bool rr;              /* alternates between queued notices and local channels */
+  uint32_t want_signal; /* atomic: a local publisher must signal (cv, efd) at its next message */
   /* the receiving thread's own (one thread at a time per subscriber) */
   bool local_recent;    /* the last message came from a publisher in this process */
   uint32_t spin_score;  /* how often polling found a message: 0..1024, a moving average */
@@ -54,6 +58,11 @@ struct ez_sub {
 /* subscriber.c: signals a receiver (eventfd, condition variable) that the queue is not empty or
  * the subscriber is lost. s->mu held. */
 void ezi_sub_signal_ready(ez_sub *s);
+
+/* localchan.c (s->mu held): true if a local channel has a message for s; takes the next one
+ * into m (round robin over the channels). */
+bool ezi_lchan_ready(ez_sub *s);
+bool ezi_lchan_take(ez_sub *s, ez_msg *m);
 
 /* sublink.c: the graph link's event handler (I/O thread). */
 void ezi_sub_on_graph(ezi_watch *w, uint32_t ev);

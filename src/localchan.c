@@ -1,0 +1,253 @@
+/* The in-process data path: a publisher and subscribers of one process share a local channel
+ * without a lock between them.
+ *
+ * The publisher (pub->mu held, a lock no receiver takes on this path) fills the channel's ring
+ * entry for slot msg_id % nbuf, sets its count of holders and then publishes `published` = msg_id
+ * + 1. Each member chan_sub takes the ids [next, published) in order, under its own subscriber's
+ * lock (which no publisher takes on this path either). A release drops the entry's holder count;
+ * the last one stores the release time first. The publisher reads that count when it needs the
+ * slot again (publisher.c), so a release costs no lock and no wake-up unless the publisher sleeps
+ * for exactly that slot (pub_wants).
+ *
+ * Sleeping on either side is announced first and then checked again (store, then load, both
+ * sequentially consistent, against the other side's store then load), so one of the two always
+ * sees the other: the publisher wakes a receiver that set want_signal, a receiver wakes a
+ * publisher whose pub_wants names the freed slot. Both wakes go through the sleeper's own lock. */
+#include "channel.h"
+#include "publisher.h"
+#include "subscriber.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SEQ __ATOMIC_SEQ_CST
+
+/* ---- publisher side (pub->mu held) --------------------------------------------------------- */
+
+int ezi_lchan_attach(chan *c, uint64_t next_id) {
+  pthread_mutex_lock(&c->mu);
+  c->published = next_id;
+  int rc = 0;
+  for (size_t i = 0; i < c->n_subs && !rc; i++)
+    if (!c->subs[i]->gone) rc = ezi_lchan_add(c, c->subs[i]);
+  if (rc) { /* undo: nothing was published yet */
+    while (c->n_lsubs) {
+      chan_sub *cs = c->lsubs[--c->n_lsubs];
+      ez_sub *s = cs->sub;
+      pthread_mutex_lock(&s->mu);
+      for (size_t j = 0; j < s->n_locals; j++)
+        if (s->locals[j] == cs) s->locals[j] = s->locals[--s->n_locals];
+      pthread_mutex_unlock(&s->mu);
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+int ezi_lchan_add(chan *c, chan_sub *cs) {
+  chan_sub **v = realloc(c->lsubs, (c->n_lsubs + 1) * sizeof *v);
+  if (!v) return EZ_ENOMEM;
+  c->lsubs = v;
+  ez_sub *s = cs->sub;
+  pthread_mutex_lock(&s->mu);
+  chan_sub **w = realloc(s->locals, (s->n_locals + 1) * sizeof *w);
+  if (w) {
+    s->locals = w;
+    s->locals[s->n_locals++] = cs;
+    cs->next = __atomic_load_n(&c->published, __ATOMIC_RELAXED);
+    cs->end = UINT64_MAX;
+    if (s->efd >= 0) __atomic_store_n(&s->want_signal, 1, SEQ); /* its fd waits for this too */
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (!w) return EZ_ENOMEM;
+  c->lsubs[c->n_lsubs++] = cs;
+  return 0;
+}
+
+int ezi_lchan_join(chan *c, chan_sub *cs) {
+  ez_pub *pub = c->local_pub; /* I/O thread: only it clears this */
+  if (pub) pthread_mutex_lock(&pub->mu);
+  int rc = ezi_lchan_add(c, cs);
+  if (pub) pthread_mutex_unlock(&pub->mu);
+  return rc;
+}
+
+/* Wakes a receiver that announced it waits (or whose fd must become readable). */
+static void signal_sub(ez_sub *s) {
+  pthread_mutex_lock(&s->mu);
+  if (__atomic_load_n(&s->want_signal, __ATOMIC_RELAXED)) {
+    __atomic_store_n(&s->want_signal, 0, __ATOMIC_RELAXED);
+    ezi_sub_signal_ready(s);
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now) {
+  size_t n = c->n_lsubs;
+  if (n) {
+    lslot *l = &c->ls[msg_id % c->nbuf];
+    l->msg_id = msg_id;
+    l->data = data;
+    l->len = len;
+    l->t0 = now;
+    l->freed_at = 0;
+    __atomic_store_n(&l->refs, (uint32_t)n, __ATOMIC_RELAXED);
+  }
+  __atomic_store_n(&c->published, msg_id + 1, SEQ);
+  for (size_t i = 0; i < n; i++)
+    if (__atomic_load_n(&c->lsubs[i]->sub->want_signal, SEQ)) signal_sub(c->lsubs[i]->sub);
+  return n != 0;
+}
+
+bool ezi_lchan_slot_free(chan *c, uint32_t idx, uint64_t *freed_at) {
+  if (__atomic_load_n(&c->ls[idx].refs, SEQ)) return false;
+  *freed_at = c->ls[idx].freed_at;
+  return true;
+}
+
+void ezi_lchan_set_wants(chan *c, uint32_t wants) { __atomic_store_n(&c->pub_wants, wants, SEQ); }
+
+bool ezi_lchan_spin(chan *c, uint32_t idx, uint64_t budget_ns) {
+  uint64_t t0 = ezi_now_ns();
+  for (unsigned k = 1;; k++) {
+    if (!__atomic_load_n(&c->ls[idx].refs, __ATOMIC_ACQUIRE)) return true;
+    ezi_cpu_relax();
+    if (!(k & 63) && ezi_now_ns() - t0 >= budget_ns) return false;
+  }
+}
+
+/* ---- receiver side ------------------------------------------------------------------------- */
+
+/* The first id cs may not take yet (s->mu held). */
+static uint64_t avail_end(const chan_sub *cs) {
+  uint64_t p = __atomic_load_n(&cs->ch->published, __ATOMIC_ACQUIRE);
+  return p < cs->end ? p : cs->end;
+}
+
+bool ezi_lchan_ready(ez_sub *s) {
+  for (size_t i = 0; i < s->n_locals; i++)
+    if (s->locals[i]->next < avail_end(s->locals[i])) return true;
+  return false;
+}
+
+bool ezi_lchan_take(ez_sub *s, ez_msg *m) {
+  for (size_t k = 0; k < s->n_locals; k++) {
+    size_t i = (s->lrr + k) % s->n_locals;
+    chan_sub *cs = s->locals[i];
+    if (cs->next >= avail_end(cs)) continue;
+    s->lrr = i + 1;
+    chan *c = cs->ch;
+    uint64_t id = cs->next++;
+    uint32_t idx = (uint32_t)(id % c->nbuf);
+    const lslot *l = &c->ls[idx];
+    cs->t0[idx] = l->t0 ? l->t0 : 1; /* nonzero: held */
+    cs->held++;
+    *m = (ez_msg){.data = l->data, .len = l->len, .msg_id = id, .pub_id = c->pub_id, .ref_ = cs};
+    return true;
+  }
+  return false;
+}
+
+/* The publisher sleeps on pub->cv: wake it through its lock (pub_users keeps it alive). */
+static void wake_pub(chan *c) {
+  pthread_mutex_lock(&c->mu);
+  ez_pub *pub = c->local_pub;
+  if (pub) c->pub_users++;
+  pthread_mutex_unlock(&c->mu);
+  if (!pub) return;
+  ezi_pub_local_wake(pub);
+  pthread_mutex_lock(&c->mu);
+  if (--c->pub_users == 0) pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* Drops one holder of ring entry idx; the last one stores the release time first. */
+static void slot_unref(chan *c, uint32_t idx, uint64_t now) {
+  lslot *l = &c->ls[idx];
+  uint32_t r = __atomic_load_n(&l->refs, __ATOMIC_RELAXED);
+  do {
+    if (r == 1) l->freed_at = now; /* only the last holder gets here: nobody else writes it */
+  } while (!__atomic_compare_exchange_n(&l->refs, &r, r - 1, true, SEQ, __ATOMIC_RELAXED));
+  if (r != 1) return;
+  uint32_t w = __atomic_load_n(&c->pub_wants, SEQ);
+  if (w == EZI_LWANT_ANY || w == idx + 1) wake_pub(c);
+}
+
+/* Frees cs and its channel reference once it left and holds nothing (s->mu not held). */
+static void maybe_free(chan_sub *cs, bool free_it) {
+  if (!free_it) return;
+  chan *c = cs->ch;
+  free(cs->t0);
+  free(cs);
+  ezi_chan_unref(c);
+}
+
+void ezi_lchan_release(chan_sub *cs, uint64_t msg_id) {
+  chan *c = cs->ch;
+  ez_sub *s = cs->sub;
+  uint32_t idx = (uint32_t)(msg_id % c->nbuf);
+  uint64_t now = ezi_now_ns();
+  pthread_mutex_lock(&s->mu);
+  uint64_t t0 = cs->t0[idx];
+  if (!t0) { /* not held: a second release of the same view */
+    pthread_mutex_unlock(&s->mu);
+    return;
+  }
+  ezi_window_add(&cs->proc, now, now - t0);
+  cs->t0[idx] = 0;
+  cs->held--;
+  bool free_it = cs->gone && !cs->leaving && cs->held == 0;
+  pthread_mutex_unlock(&s->mu);
+  slot_unref(c, idx, now);
+  maybe_free(cs, free_it);
+}
+
+void ezi_lchan_leave(chan_sub *cs, bool release_viewed) {
+  chan *c = cs->ch;
+  ez_sub *s = cs->sub;
+  ez_pub *pub = c->local_pub; /* I/O thread: only it clears this */
+  if (pub) pthread_mutex_lock(&pub->mu);
+  for (size_t i = 0; i < c->n_lsubs; i++)
+    if (c->lsubs[i] == cs) c->lsubs[i] = c->lsubs[--c->n_lsubs];
+  uint64_t end = __atomic_load_n(&c->published, __ATOMIC_RELAXED);
+  if (pub) pthread_mutex_unlock(&pub->mu);
+  pthread_mutex_lock(&s->mu);
+  for (size_t i = 0; i < s->n_locals; i++)
+    if (s->locals[i] == cs) s->locals[i] = s->locals[--s->n_locals];
+  uint64_t from = cs->next, stop = cs->end < end ? cs->end : end; /* end 0: never a member */
+  cs->next = cs->end = stop;
+  cs->gone = cs->leaving = true;
+  pthread_mutex_unlock(&s->mu);
+  uint64_t now = ezi_now_ns();
+  for (uint64_t id = from; id < stop; id++) /* what it had not taken yet */
+    slot_unref(c, (uint32_t)(id % c->nbuf), now);
+  if (release_viewed) /* the subscriber is being destroyed: its views end now */
+    for (uint32_t i = 0; i < c->nbuf; i++) {
+      pthread_mutex_lock(&s->mu);
+      bool held = cs->t0[i] != 0;
+      pthread_mutex_unlock(&s->mu);
+      if (held) ezi_lchan_release(cs, i); /* any id with this slot index names it */
+    }
+  pthread_mutex_lock(&s->mu);
+  cs->leaving = false;
+  bool free_it = cs->held == 0;
+  pthread_mutex_unlock(&s->mu);
+  maybe_free(cs, free_it);
+}
+
+bool ezi_lchan_idle(chan_sub *cs) {
+  pthread_mutex_lock(&cs->sub->mu);
+  bool idle = cs->held == 0 && cs->next >= avail_end(cs);
+  pthread_mutex_unlock(&cs->sub->mu);
+  return idle;
+}
+
+json_t *ezi_lchan_sub_json(chan_sub *cs, uint64_t now, double window_s, uint64_t *in_flight) {
+  ez_sub *s = cs->sub;
+  pthread_mutex_lock(&s->mu);
+  uint64_t e = avail_end(cs);
+  *in_flight = cs->held + (cs->next < e ? e - cs->next : 0);
+  json_t *j = ezi_sub_tel_json(&cs->proc, s->id, s->handle, *in_flight, now, window_s);
+  pthread_mutex_unlock(&s->mu);
+  return j;
+}
