@@ -241,7 +241,12 @@ int ezi_chan_link_done(chan *c, int rc) {
   size_t n = c->n_subs;
   chan_sub **waiting = malloc((n ? n : 1) * sizeof *waiting);
   if (!rc && (!waiting || !(c->slots = calloc(c->nbuf, sizeof *c->slots)))) rc = EZ_ENOMEM;
-  if (!rc && c->local_pub && !(c->ls = calloc(c->nbuf, sizeof *c->ls))) rc = EZ_ENOMEM;
+  if (!rc && c->local_pub) {
+    if ((c->ls = aligned_alloc(_Alignof(lslot), c->nbuf * sizeof *c->ls)))
+      memset(c->ls, 0, c->nbuf * sizeof *c->ls);
+    else
+      rc = EZ_ENOMEM;
+  }
   for (size_t i = 0; i < n && !rc; i++)
     if (!(c->subs[i]->t0 = calloc(c->nbuf, sizeof(uint64_t)))) rc = EZ_ENOMEM;
   c->state = rc ? CH_FAILED : CH_READY;

@@ -19,7 +19,8 @@ typedef struct slot {
  * the message, read by receivers after; `refs` (atomic) counts the receivers still holding it,
  * and the last one stores freed_at before it drops refs to zero. */
 typedef struct lslot {
-  uint64_t msg_id, t0, freed_at;
+  _Alignas(64) uint64_t msg_id; /* a cache line each: neighbours are written by the other side */
+  uint64_t t0, freed_at;
   const uint8_t *data;
   size_t len;
   uint32_t refs;
@@ -64,10 +65,13 @@ struct chan {
   size_t n_lsubs;   /* (pub->mu) */
   ezi_seg *kept_seg; /* a gone publisher's segments, which messages still queued live in */
   ezi_seg_chain *kept_retired;
+  /* Each on a cache line of its own: the publisher writes `published` per message, receivers
+   * read `pub_wants` per release. */
   char pad0_[64];
   uint64_t published; /* atomic: every id below has been put */
-  uint32_t pub_wants; /* atomic: 0, the slot + 1 the publisher sleeps for, or EZI_LWANT_ANY */
   char pad1_[64];
+  uint32_t pub_wants; /* atomic: 0, the slot + 1 the publisher sleeps for, or EZI_LWANT_ANY */
+  char pad2_[64];
   /* remote (I/O thread; `remote` is set before anyone else sees the channel) */
   bool remote;
   ezi_watch pw;

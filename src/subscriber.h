@@ -48,7 +48,9 @@ struct ez_sub {
   chan_sub **locals;    /* memberships of local channels (mu) */
   size_t n_locals, lrr; /* lrr: where the next local take starts looking */
   bool rr;              /* alternates between queued notices and local channels */
+  char pad0_[64];       /* local publishers read want_signal per message: a line of its own */
   uint32_t want_signal; /* atomic: a local publisher must signal (cv, efd) at its next message */
+  char pad1_[64];
   /* the receiving thread's own (one thread at a time per subscriber) */
   bool local_recent;    /* the last message came from a publisher in this process */
   uint32_t spin_score;  /* how often polling found a message: 0..1024, a moving average */
