@@ -467,7 +467,7 @@ static void send_slot(ez_pub *p, size_t len) {
     p->leases[idx]++;
     p->in_flight++;
   }
-  ezi_window_add(&p->tel_msgs, now, len);
+  ezi_window_count(&p->tel_msgs, now, len);
   p->total_msgs++;
   p->total_bytes += len;
   p->next_id++;

@@ -51,14 +51,29 @@ static double bin_value(unsigned bin) {
 
 void ezi_window_init(ezi_window *w) { memset(w, 0, sizeof *w); }
 
-void ezi_window_add(ezi_window *w, uint64_t now_ns, uint64_t value) {
+/* The bucket for time now_ns, emptied first if it held an older span; NULL if now_ns is older
+ * than the ring. */
+static inline ezi_window_bucket *bucket_at(ezi_window *w, uint64_t now_ns) {
   uint64_t epoch = now_ns / EZI_WINDOW_BUCKET_NS;
   ezi_window_bucket *b = &w->buckets[epoch % EZI_WINDOW_BUCKETS];
   if (EZI_UNLIKELY(b->epoch != epoch)) {
-    if (b->epoch > epoch) return; /* older than the ring: its slot already holds newer data */
-    memset(b, 0, sizeof *b);      /* a stale bucket (any age): reuse it */
+    if (b->epoch > epoch) return NULL; /* older than the ring: its slot holds newer data */
+    memset(b, 0, sizeof *b);           /* a stale bucket (any age): reuse it */
     b->epoch = epoch;
   }
+  return b;
+}
+
+void ezi_window_count(ezi_window *w, uint64_t now_ns, uint64_t value) {
+  ezi_window_bucket *b = bucket_at(w, now_ns);
+  if (!b) return;
+  b->count++;
+  if (__builtin_add_overflow(b->sum, value, &b->sum)) b->sum = UINT64_MAX;
+}
+
+void ezi_window_add(ezi_window *w, uint64_t now_ns, uint64_t value) {
+  ezi_window_bucket *b = bucket_at(w, now_ns);
+  if (!b) return;
   b->count++;
   if (__builtin_add_overflow(b->sum, value, &b->sum)) b->sum = UINT64_MAX;
   if (value > b->max) b->max = value;

@@ -165,6 +165,28 @@ static void test_count_sum_max_avg(void **state) {
   assert_true(s.window_s == 0.5);
 }
 
+/* ezi_window_count keeps the count and sum of ezi_window_add, over the same buckets and edges. */
+static void test_count_only(void **state) {
+  ezi_window *w = *state, *full = malloc(sizeof *full);
+  assert_non_null(full);
+  ezi_window_init(full);
+  for (uint64_t i = 0; i < 300; i++) { /* 30 s of events, 10 per second */
+    ezi_window_count(w, T0 + i * 100 * MS + 7, i);
+    ezi_window_add(full, T0 + i * 100 * MS + 7, i);
+  }
+  ezi_window_count(w, T0, 5); /* older than the ring: dropped by both */
+  ezi_window_add(full, T0, 5);
+  for (double win = 0; win <= 10.0; win += 0.25) {
+    ezi_window_stats c = query(w, T0 + 30 * SEC, win), f = query(full, T0 + 30 * SEC, win);
+    assert_int_equal(c.count, f.count);
+    assert_true(c.sum == f.sum && c.avg == f.avg);
+  }
+  ezi_window_stats c = query(w, T0 + 30 * SEC, 2.0);
+  assert_int_equal(c.count, 20);
+  assert_true(c.sum == (280 + 299) * 20 / 2);
+  free(full);
+}
+
 static void test_single_values(void **state) {
   ezi_window *w = *state;
   static const uint64_t vals[] = {0,         1,          2,           3,          4,
@@ -523,7 +545,7 @@ static void test_pub_json(void **state) {
   assert_non_null(bp);
   ezi_window_init(bp);
   for (int i = 0; i < 10; i++) {
-    ezi_window_add(msgs, T0 + (uint64_t)i * 90 * MS, 100);
+    ezi_window_count(msgs, T0 + (uint64_t)i * 90 * MS, 100);
     ezi_window_add(bp, T0 + (uint64_t)i * 90 * MS + MS, 2 * MS);
   }
   json_t *j = roundtrip(ezi_pub_tel_json(msgs, bp, 1000, 123456, 3, T0 + SEC, 2.0));
@@ -632,8 +654,10 @@ static void test_compiled_out(void **state) {
   ezi_window w;
   assert_true(sizeof w <= 8);
   ezi_window_init(&w);
-  for (int i = 0; i < 1000; i++)
+  for (int i = 0; i < 1000; i++) {
     ezi_window_add(&w, T0 + (uint64_t)i * MS, 1000);
+    ezi_window_count(&w, T0 + (uint64_t)i * MS, 1000);
+  }
   ezi_window_stats s = query(&w, T0 + SEC, 2.0);
   assert_zero_stats(&s);
   assert_true(s.window_s == 2.0);
@@ -665,6 +689,7 @@ int main(void) {
 #ifndef EZ_NO_TELEMETRY
       WT(test_empty),
       WT(test_count_sum_max_avg),
+      WT(test_count_only),
       WT(test_single_values),
       WT(test_percentiles_uniform),
       WT(test_percentiles_bimodal),
