@@ -52,6 +52,23 @@ static long data_frame(chan *c, uint64_t now) {
   const char *name = f.name;
   size_t nn = f.name_len;
 
+  if (cmd == EZI_X_RING) { /* an ezmsg-c publisher answers our X_HELLO */
+    int rc = ezi_lchan_ring_start(c, name, nn, msg_id);
+    if (rc) return rc;
+    EZI_DEBUG("channel %s: notices from publisher %s come through shared memory now", c->id,
+              c->pub_id);
+    return (long)f.used;
+  }
+  if (c->ring_on) { /* a TX_SHM wakes us up, or names the segment of a message in the ring */
+    if (cmd != EZI_TX_SHM || c->ring_bad) return EZ_EPROTO;
+    if (!c->seg || strlen(c->seg->shm.name) != nn || memcmp(c->seg->shm.name, name, nn)) {
+      int rc = switch_segment(c, name, nn);
+      if (rc) return rc;
+    }
+    ezi_lchan_ring_seg(c, msg_id);
+    ezi_lchan_pull(c, NULL, true);
+    return c->ring_bad ? EZ_EPROTO : (long)f.used;
+  }
   ezi_unmarshalled um;
   uint8_t *owned = NULL;
   ezi_seg *seg = NULL;
@@ -132,7 +149,12 @@ static long handshake(chan *c) {
   if (c->hs_timer) ezi_loop_cancel(c->ctx->loop, c->hs_timer);
   c->hs_timer = 0;
   long used = (long)r.pos;
-  return ezi_chan_link_done(c, 0) ? GONE : used;
+  if (ezi_chan_link_done(c, 0)) return GONE;
+  if (c->seg && c->ctx->ring_ok) { /* ask an ezmsg-c publisher for a ring; others ignore it */
+    uint8_t hello = EZI_X_HELLO;
+    ezi_outbox_put(c->ctx, &c->acks, &hello, 1);
+  }
+  return used;
 }
 
 static void hs_timeout(void *arg) {

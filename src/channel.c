@@ -193,6 +193,8 @@ json_t *ezi_chan_profile(chan *c, double window_s) {
   json_object_set_new(j, "pid", json_integer(c->ctx->pid));
   json_object_set_new(j, "num_buffers", json_integer(c->nbuf));
   json_object_set_new(j, "mode", json_string(mode));
+  /* Beyond the reference: notices from an ezmsg-c publisher come through a shared ring */
+  json_object_set_new(j, "shm_ring", json_boolean(c->ring_on));
   json_object_set_new(j, "window_s", json_real(window_s));
   json_object_set_new(j, "in_flight", json_integer((json_int_t)in_flight));
   json_object_set_new(j, "subscribers", subs);
@@ -223,9 +225,11 @@ static int chan_create(ez_context *ctx, const char *pub_id, chan **out) {
   c->pw.fd = c->gw.fd = -1;
   c->state = CH_REGISTERING;
   pthread_mutex_init(&c->mu, NULL);
+  pthread_mutex_init(&c->pull_mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   int rc = ezi_chan_reg_start(c);
   if (rc) {
+    pthread_mutex_destroy(&c->pull_mu);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);
@@ -328,6 +332,7 @@ static void chan_destroy(chan *c) {
   ezi_chan_graph_close(c);
   for (uint32_t i = 0; c->slots && i < c->nbuf; i++)
     slot_clear(&c->slots[i]);
+  ezi_lchan_ring_free(c);
   ezi_seg_unref(c->seg);
   ezi_seg_unref(c->kept_seg);
   ezi_seg_chain_free(c->kept_retired);
@@ -335,6 +340,7 @@ static void chan_destroy(chan *c) {
   free(c->ls);
   free(c->lsubs);
   free(c->subs);
+  pthread_mutex_destroy(&c->pull_mu);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
   free(c);

@@ -4,6 +4,7 @@
 #define EZI_CHANNEL_H
 
 #include "context.h"
+#include "shmring.h"
 
 typedef struct slot {
   uint64_t msg_id;
@@ -23,6 +24,7 @@ typedef struct lslot {
   uint64_t t0, freed_at;
   const uint8_t *data;
   size_t len;
+  ezi_seg *seg; /* ring channels: the segment the message lives in (a reference) */
   uint32_t refs;
 } lslot;
 
@@ -65,6 +67,16 @@ struct chan {
   size_t n_lsubs;   /* (pub->mu) */
   ezi_seg *kept_seg; /* a gone publisher's segments, which messages still queued live in */
   ezi_seg_chain *kept_retired;
+  /* ring mode: a remote ezmsg-c publisher's notices come through a shared ring (shmring.h), and
+   * the channel works as a local one whose "publisher" is whoever pulls from the ring */
+  bool ring_on;  /* set once, before any member can see it */
+  bool ring_bad; /* the ring broke the rules: nothing more is pulled, the link is dropped */
+  ezi_ring ring;
+  pthread_mutex_t pull_mu; /* ring mode: members (lsubs) and pulling */
+  struct {
+    uint32_t gen;
+    ezi_seg *seg;
+  } gseg[8]; /* the publisher's segments by generation (pull_mu) */
   /* Each on a cache line of its own: the publisher writes `published` per message, receivers
    * read `pub_wants` per release. */
   char pad0_[64];
@@ -126,6 +138,17 @@ int ezi_lchan_attach(chan *c, uint64_t next_id);
 /* cs leaves its local channel: what it had not taken is released, and with release_viewed what
  * it views too. Frees cs when nothing is left. I/O thread. */
 void ezi_lchan_leave(chan_sub *cs, bool release_viewed);
+/* Ring mode (I/O thread): ezi_lchan_ring_start maps the ring `name` announced by X_RING, from
+ * message start_id on, and makes every subscriber a member (EZ_EPROTO, EZ_ENOMEM...).
+ * ezi_lchan_ring_seg: the publisher's segment for message msg_id is now c->seg. ezi_lchan_pull:
+ * takes what the publisher put since the last pull into the channel's own ring (self: the
+ * subscriber whose receiver pulls, not signalled; block: wait for another puller). True if it
+ * brought anything. */
+int ezi_lchan_ring_start(chan *c, const char *name, size_t n, uint64_t start_id);
+void ezi_lchan_ring_seg(chan *c, uint64_t msg_id);
+bool ezi_lchan_pull(chan *c, ez_sub *self, bool block);
+/* Frees what ring mode holds (chan_destroy). */
+void ezi_lchan_ring_free(chan *c);
 /* Releases a message taken by ezi_lchan_take. Any thread. */
 void ezi_lchan_release(chan_sub *cs, uint64_t msg_id);
 /* True if a local member holds nothing (none queued, none viewed). */

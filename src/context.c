@@ -84,6 +84,21 @@ bool ezi_outbox_put_locked(ezi_outbox *ob, const void *p1, size_t n1, const void
   return true;
 }
 
+bool ezi_outbox_put_now(ez_context *ctx, ezi_outbox *ob, const void *p, size_t n) {
+  pthread_mutex_lock(&ob->mu);
+  bool ok = !ob->dead, kick = false;
+  if (ok && !ob->queued) { /* idle: write it from this thread, now */
+    ssize_t w = send(ob->w->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    size_t sent = w > 0 ? (size_t)w : 0;
+    if (sent < n) kick = ezi_outbox_put_locked(ob, (const uint8_t *)p + sent, n - sent, NULL, 0);
+  } else if (ok) {
+    kick = ezi_outbox_put_locked(ob, p, n, NULL, 0);
+  }
+  pthread_mutex_unlock(&ob->mu);
+  if (kick) ezi_outbox_kick(ctx, ob);
+  return ok;
+}
+
 void ezi_outbox_kick(ez_context *ctx, ezi_outbox *ob) {
   pthread_mutex_lock(&ctx->dirty_mu);
   bool was_empty = ctx->dirty == NULL;
@@ -200,6 +215,14 @@ static uint64_t spin_us(void) {
   return (uint64_t)v;
 }
 
+/* $EZMSG_SHM_RING: "0" turns the shared-memory ring with other ezmsg-c processes off. */
+static bool ring_ok(void) {
+  const char *e = getenv(EZ_SHM_RING_ENV);
+  if (!e || !*e || !strcmp(e, "1")) return true;
+  if (strcmp(e, "0")) EZI_WARN("%s=%s: not 0 or 1; the ring stays on", EZ_SHM_RING_ENV, e);
+  return strcmp(e, "0") != 0;
+}
+
 /* ---- open / close -------------------------------------------------------------------------- */
 
 static void *io_thread(void *arg) {
@@ -244,6 +267,7 @@ int ez_context_open(const char *address, ez_context **out) {
   rc = ezi_loop_new(&ctx->loop);
   if (!rc) {
     ctx->spin_ns = spin_us() * 1000u;
+    ctx->ring_ok = ring_ok();
     ezi_loop_set_spin(ctx->loop, ctx->spin_ns);
     ezi_loop_set_wake_hook(ctx->loop, flush_dirty, ctx);
     if (pthread_create(&ctx->thread, NULL, io_thread, ctx)) rc = EZ_ESYS;

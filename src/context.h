@@ -89,8 +89,10 @@ struct ez_context {
   size_t n_chans;
   pthread_mutex_t dirty_mu;
   ezi_outbox *dirty;
-  uint64_t spin_ns; /* how long threads poll before sleeping ($EZMSG_SPIN_US) */
-  char host[64];    /* this process's address as seen for profiles */
+  uint64_t spin_ns;    /* how long threads poll before sleeping ($EZMSG_SPIN_US) */
+  bool ring_ok;        /* shared-memory rings with other ezmsg-c processes ($EZMSG_SHM_RING) */
+  int resignal_posted; /* atomic: the I/O thread is asked to signal ring channels' waiters */
+  char host[64];       /* this process's address as seen for profiles */
   int pid;
 };
 
@@ -105,6 +107,9 @@ bool ezi_outbox_put(ez_context *ctx, ezi_outbox *ob, const void *p, size_t n);
  * to the socket instead. Returns true if the caller must call ezi_outbox_kick after unlocking. */
 bool ezi_outbox_put_locked(ezi_outbox *ob, const void *p1, size_t n1, const void *p2, size_t n2);
 void ezi_outbox_kick(ez_context *ctx, ezi_outbox *ob);
+/* Appends a small frame that someone waits for (a wake-up): on an idle link it is written from
+ * the calling thread at once instead of by the I/O thread. False if the outbox is dead. */
+bool ezi_outbox_put_now(ez_context *ctx, ezi_outbox *ob, const void *p, size_t n);
 /* Appends PROFILE_DATA with j as compact JSON ("{}" if j is NULL or cannot be written) and drops
  * the reference to j. Any thread. */
 void ezi_outbox_put_profile(ez_context *ctx, ezi_outbox *ob, json_t *j);
@@ -140,8 +145,10 @@ int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **o
  * the messages its user is viewing (else those are released by the user); the channel goes away
  * with its last subscriber. I/O thread. */
 void ezi_chan_leave(chan_sub *cs, bool release_viewed);
-/* localchan.c, publisher side (pub->mu held). ezi_lchan_put: the publisher wrote message msg_id
- * (len payload bytes at data) into its slot; true if any member holds it now. ezi_lchan_slot_free:
+/* localchan.c, publisher side (pub->mu held, or pull_mu for a ring channel). ezi_lchan_put: the
+ * publisher wrote message msg_id (len payload bytes at data, in seg: a ring channel's members
+ * hold a reference each) into its slot; true if any member holds it now. Members waiting for a
+ * signal get one, except self. ezi_lchan_slot_free:
  * true (with the time of the last release) once no member holds slot idx. ezi_lchan_set_wants:
  * announces what the publisher is about to sleep for (0, slot + 1 or EZI_LWANT_ANY).
  * ezi_lchan_spin: polls slot idx for up to budget_ns; true if it was freed. */
@@ -149,7 +156,8 @@ void ezi_chan_leave(chan_sub *cs, bool release_viewed);
  * (EZ_ENOMEM; I/O thread). */
 #define EZI_LWANT_ANY UINT32_MAX /* pub_wants: the publisher sleeps until any slot is freed */
 int ezi_lchan_attach(chan *c, uint64_t next_id);
-bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now);
+bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now,
+                   ezi_seg *seg, ez_sub *self);
 bool ezi_lchan_slot_free(chan *c, uint32_t idx, uint64_t *freed_at);
 void ezi_lchan_set_wants(chan *c, uint32_t wants);
 bool ezi_lchan_spin(chan *c, uint32_t idx, uint64_t budget_ns);

@@ -279,12 +279,44 @@ static bool local_held(ez_pub *p, uint32_t idx) {
   return false;
 }
 
-static bool slot_busy(ez_pub *p, uint32_t idx) { return p->leases[idx] || local_held(p, idx); }
+/* As local_held, for the ring of channel pc. */
+static bool ring_held(ez_pub *p, pub_chan *pc, uint32_t idx) {
+  if (!pc->ring_on || !pc->t0[idx]) return false;
+  ezi_ring_entry *e = &pc->ring.e[idx];
+  if (__atomic_load_n(&e->refs, __ATOMIC_SEQ_CST)) return true;
+  uint64_t t0 = pc->t0[idx], freed = __atomic_load_n(&e->freed_at, __ATOMIC_RELAXED);
+  ezi_window_add(&p->tel_bp, freed > t0 ? freed : t0, freed > t0 ? freed - t0 : 0);
+  pc->t0[idx] = 0;
+  pc->held--;
+  p->in_flight--;
+  return false;
+}
 
-/* Collects every slot the local channel released (p->mu held). */
+static bool rings_held(ez_pub *p, uint32_t idx) {
+  bool held = false;
+  for (size_t i = 0; i < p->n_chans; i++)
+    held |= ring_held(p, p->chans[i], idx);
+  return held;
+}
+
+static bool slot_busy(ez_pub *p, uint32_t idx) {
+  return p->leases[idx] | local_held(p, idx) | rings_held(p, idx);
+}
+
+/* A channel asked for a ring but still holds messages sent the old way: new messages wait until
+ * it has released them, so that none is notified both ways (p->mu held). */
+static bool ring_switch_waits(ez_pub *p) {
+  for (size_t i = 0; i < p->n_chans; i++)
+    if (p->chans[i]->ring_wanted && p->chans[i]->held) return true;
+  return false;
+}
+
+/* Collects every slot the local channel and the rings released (p->mu held). */
 static void harvest_all(ez_pub *p) {
-  for (uint32_t i = 0; i < p->nbuf; i++)
+  for (uint32_t i = 0; i < p->nbuf; i++) {
     local_held(p, i);
+    rings_held(p, i);
+  }
   if (p->retired) release_retired(p);
 }
 
@@ -292,13 +324,15 @@ static void harvest_all(ez_pub *p) {
  * SYNC or flush waits for every slot, a publish for its next one. Then the caller checks again
  * before it sleeps (p->mu held). */
 static void set_wants(ez_pub *p) {
-  if (!p->local) return;
   uint32_t w = 0;
   if (p->sync_pending || (p->waiters && p->want < 0))
     w = EZI_LWANT_ANY;
   else if (p->waiters)
     w = (uint32_t)p->want + 1;
-  ezi_lchan_set_wants(p->local, w);
+  if (p->local) ezi_lchan_set_wants(p->local, w);
+  for (size_t i = 0; i < p->n_chans; i++)
+    if (p->chans[i]->ring_on)
+      __atomic_store_n(&p->chans[i]->ring.h->pub_wants, w, __ATOMIC_SEQ_CST);
 }
 
 void ezi_pub_check_sync(ez_pub *p) {
@@ -313,12 +347,17 @@ void ezi_pub_check_sync(ez_pub *p) {
 }
 
 void ezi_pub_free_locked(ez_pub *p, pub_chan *pc, uint64_t msg_id, uint64_t now) {
+  if (pc->ring_on) { /* a ring's RX_ACK only says that a slot we sleep for is free */
+    ezi_pub_ring_wake(p);
+    return;
+  }
   uint32_t idx = (uint32_t)(msg_id % p->nbuf);
   uint64_t *t0 = &pc->t0[idx];
   if (!*t0 || p->slot_msg[idx] != msg_id) return; /* stale or duplicate ack */
   ezi_window_add(&p->tel_bp, now, now - *t0);
   *t0 = 0;
   p->in_flight--;
+  if (--pc->held == 0 && pc->ring_wanted && p->waiters) pthread_cond_broadcast(&p->cv);
   if (--p->leases[idx] == 0) {
     if (p->retired) release_retired(p);
     /* Wake the publisher only for the slot it waits for (or when it waits for everything). */
@@ -327,22 +366,62 @@ void ezi_pub_free_locked(ez_pub *p, pub_chan *pc, uint64_t msg_id, uint64_t now)
   }
 }
 
-void ezi_pub_local_wake(ez_pub *p) {
-  pthread_mutex_lock(&p->mu);
+void ezi_pub_ring_wake(ez_pub *p) {
   harvest_all(p);
   ezi_pub_check_sync(p);
   if (p->waiters) pthread_cond_broadcast(&p->cv);
+}
+
+void ezi_pub_local_wake(ez_pub *p) {
+  pthread_mutex_lock(&p->mu);
+  ezi_pub_ring_wake(p);
   pthread_mutex_unlock(&p->mu);
+}
+
+void ezi_pub_ring_close(ez_pub *p, pub_chan *pc, uint64_t now) {
+  if (!pc->ring_on) {
+    if (pc->ring_name[0]) ezi_shm_unlink(pc->ring_name);
+    return;
+  }
+  for (uint32_t i = 0; i < p->nbuf; i++) {
+    if (!pc->t0[i]) continue;
+    ezi_window_add(&p->tel_bp, now, now > pc->t0[i] ? now - pc->t0[i] : 0);
+    pc->t0[i] = 0;
+    p->in_flight--;
+  }
+  pc->held = 0;
+  pc->ring_on = false;
+  ezi_ring_detach(&pc->ring);
+  ezi_shm_unlink(pc->ring_name); /* in case the channel never mapped it */
+  ezi_pub_ring_wake(p);
+}
+
+/* True once slot idx is free as far as the local channel and the rings can tell without a lock
+ * of theirs (p->mu held; remote leases are checked by the caller). */
+static bool slot_free_atomics(ez_pub *p, uint32_t idx) {
+  uint64_t freed;
+  if (p->local_t0[idx] && p->local && !ezi_lchan_slot_free(p->local, idx, &freed)) return false;
+  for (size_t i = 0; i < p->n_chans; i++) {
+    pub_chan *pc = p->chans[i];
+    if (pc->ring_on && pc->t0[idx] && __atomic_load_n(&pc->ring.e[idx].refs, __ATOMIC_ACQUIRE))
+      return false;
+  }
+  return true;
 }
 
 /* Before sleeping for slot idx that only the local channel holds, polls it for a while (p->mu
  * held: the receivers' releases do not need it), as long as polling pays. True if it came free. */
 static bool poll_slot(ez_pub *p, uint32_t idx) {
   uint64_t budget = p->ctx->spin_ns;
-  if (!budget || !p->local || p->leases[idx] || !p->local_t0[idx]) return false;
+  if (!budget || p->leases[idx] || ring_switch_waits(p)) return false;
   if (p->spin_score < SPIN_WORTH && ++p->since_probe < 32) return false;
   p->since_probe = 0;
-  bool got = ezi_lchan_spin(p->local, idx, budget);
+  bool got = false;
+  uint64_t t0 = ezi_now_ns();
+  for (unsigned k = 1; !(got = slot_free_atomics(p, idx)); k++) {
+    ezi_cpu_relax();
+    if (!(k & 63) && ezi_now_ns() - t0 >= budget) break;
+  }
   p->spin_score = p->spin_score - p->spin_score / 8 + (got ? 128 : 0);
   return got;
 }
@@ -352,17 +431,17 @@ static bool poll_slot(ez_pub *p, uint32_t idx) {
 static int wait_slot(ez_pub *p, int timeout_ms, uint64_t *deadline) {
   uint32_t idx = (uint32_t)(p->next_id % p->nbuf);
   bool polled = false;
-  while (!p->closing && (!p->running || slot_busy(p, idx))) {
+  while (!p->closing && (!p->running || slot_busy(p, idx) || ring_switch_waits(p))) {
     if (!*deadline) *deadline = ezi_deadline(timeout_ms);
     if (!polled && p->running) {
       polled = true;
       if (poll_slot(p, idx)) continue;
     }
     p->waiters++;
-    p->want = p->running ? (int64_t)idx : -1;
+    p->want = p->running && !ring_switch_waits(p) ? (int64_t)idx : -1;
     set_wants(p);
     int rc = 0;
-    if (!p->running || slot_busy(p, idx)) /* again, now that releasers know */
+    if (!p->running || slot_busy(p, idx) || ring_switch_waits(p)) /* releasers know now */
       rc = ezi_cond_wait(&p->cv, &p->mu, *deadline);
     p->waiters--;
     set_wants(p);
@@ -397,13 +476,15 @@ static int grow(ez_pub *p, uint64_t need) {
   }
   harvest_all(p);
   for (uint32_t i = 0; i < p->nbuf; i++)
-    if (p->leases[i] || p->local_t0[i]) memcpy(ezi_seg_data(ns, i), ezi_seg_data(old, i), room);
+    if (p->leases[i] || p->local_t0[i] || rings_held(p, i))
+      memcpy(ezi_seg_data(ns, i), ezi_seg_data(old, i), room);
   if (r) {
     *r = (ezi_seg_chain){old, p->next_id - 1, p->retired};
     p->retired = r;
     old = NULL;
   }
   p->seg = ns;
+  p->seg_gen++;
   if (!real && p->shm_real)
     EZI_WARN("publisher %s: segment grow failed at the server; using TCP", p->topic);
   p->shm_real = real;
@@ -415,7 +496,8 @@ static int grow(ez_pub *p, uint64_t need) {
 static void release_retired(ez_pub *p) {
   uint64_t oldest = UINT64_MAX; /* the oldest message still held somewhere */
   for (uint32_t i = 0; i < p->nbuf; i++)
-    if ((p->leases[i] || p->local_t0[i]) && p->slot_msg[i] < oldest) oldest = p->slot_msg[i];
+    if ((p->leases[i] || p->local_t0[i] || rings_held(p, i)) && p->slot_msg[i] < oldest)
+      oldest = p->slot_msg[i];
   for (ezi_seg_chain **rp = &p->retired; *rp;) {
     ezi_seg_chain *r = *rp;
     if (oldest != UINT64_MAX && oldest <= r->last_id) {
@@ -428,6 +510,58 @@ static void release_retired(ez_pub *p) {
   }
 }
 
+/* Queues a frame for channel pc: cmd, u64 id, str name. False if the channel is gone. */
+static bool put_named(ez_pub *p, pub_chan *pc, uint8_t cmd, uint64_t id, const char *name) {
+  uint8_t hdr[1 + 8 + 8 + EZI_SHM_NAME_MAX];
+  size_t nl = strlen(name);
+  hdr[0] = cmd;
+  ezi_put_u64le(hdr + 1, id);
+  ezi_put_u64le(hdr + 9, nl);
+  memcpy(hdr + 17, name, nl);
+  return ezi_outbox_put_now(p->ctx, &pc->out, hdr, 17 + nl);
+}
+
+/* Channel pc asked for a ring (X_HELLO) and holds nothing: from the next message on, its notices
+ * go through a new ring, announced by X_RING. If the ring cannot be made, it stays on TX_SHM. */
+static void ring_start(ez_pub *p, pub_chan *pc, bool shm) {
+  if (pc->held) return; /* not yet (ring_switch_waits holds new messages back meanwhile) */
+  pc->ring_wanted = false;
+  if (!shm || ezi_ring_create(p->nbuf, &pc->ring, pc->ring_name)) return;
+  pc->ring.h->start_gen = p->seg_gen;
+  pc->ring_gen = UINT32_MAX; /* the first message's TX_SHM names the segment */
+  __atomic_store_n(&pc->ring.h->published, p->next_id, __ATOMIC_RELEASE);
+  if (!put_named(p, pc, EZI_X_RING, p->next_id, pc->ring_name)) {
+    ezi_ring_detach(&pc->ring);
+    ezi_shm_unlink(pc->ring_name);
+    return;
+  }
+  pc->ring_on = true;
+  set_wants(p);
+}
+
+/* The notice of message id for ring channel pc: its entry, then `published`. A TX_SHM frame goes
+ * too when the channel sleeps (it wakes it) or the segment changed since the last one (it names
+ * the new segment). */
+static void ring_put(ez_pub *p, pub_chan *pc, uint64_t id, uint64_t now) {
+  uint32_t idx = (uint32_t)(id % p->nbuf);
+  ezi_ring_entry *e = &pc->ring.e[idx];
+  e->msg_id = id;
+  e->t0 = now;
+  e->freed_at = 0;
+  e->gen = p->seg_gen;
+  __atomic_store_n(&e->refs, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&pc->ring.h->published, id + 1, __ATOMIC_SEQ_CST);
+  pc->t0[idx] = now;
+  pc->held++;
+  p->in_flight++;
+  bool wake = __atomic_load_n(&pc->ring.h->rx_sleep, __ATOMIC_SEQ_CST);
+  if (wake) __atomic_store_n(&pc->ring.h->rx_sleep, 0, __ATOMIC_RELAXED);
+  if (wake || pc->ring_gen != p->seg_gen) {
+    pc->ring_gen = p->seg_gen;
+    put_named(p, pc, EZI_TX_SHM, id, p->seg->shm.name);
+  }
+}
+
 /* Sends the message now in slot idx (p->mu held). */
 static void send_slot(ez_pub *p, size_t len) {
   uint64_t id = p->next_id, now = ezi_now_ns();
@@ -436,7 +570,7 @@ static void send_slot(ez_pub *p, size_t len) {
   size_t total = EZI_MARSHAL_BYTES_HDR + len;
   ezi_marshal_bytes_header(slot, id, len);
   p->slot_msg[idx] = id;
-  if (p->local && ezi_lchan_put(p->local, id, slot + EZI_MARSHAL_BYTES_HDR, len, now)) {
+  if (p->local && ezi_lchan_put(p->local, id, slot + EZI_MARSHAL_BYTES_HDR, len, now, NULL, NULL)) {
     p->local_t0[idx] = now;
     p->in_flight++;
   }
@@ -445,6 +579,11 @@ static void send_slot(ez_pub *p, size_t len) {
     pub_chan *pc = p->chans[i];
     if (pc->state != PC_READY) continue;
     bool shm = p->shm_real && pc->shm_ok && !p->opts.force_tcp;
+    if (pc->ring_wanted) ring_start(p, pc, shm);
+    if (pc->ring_on && shm) {
+      ring_put(p, pc, id, now);
+      continue;
+    }
     size_t hl;
     hdr[0] = shm ? EZI_TX_SHM : EZI_TX_TCP;
     ezi_put_u64le(hdr + 1, id);
@@ -465,6 +604,7 @@ static void send_slot(ez_pub *p, size_t len) {
     if (dead) continue;
     pc->t0[idx] = now;
     p->leases[idx]++;
+    pc->held++;
     p->in_flight++;
   }
   ezi_window_count(&p->tel_msgs, now, len);

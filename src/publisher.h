@@ -4,6 +4,7 @@
 #define EZI_PUBLISHER_H
 
 #include "context.h"
+#include "shmring.h"
 
 enum { PC_HANDSHAKE, PC_AWAIT_SHM, PC_READY };
 
@@ -16,7 +17,14 @@ struct pub_chan {
   char id[37];
   uint64_t pid;
   bool shm_ok;
-  uint64_t *t0; /* lease start per slot (0: not held) */
+  uint64_t *t0;  /* lease start per slot (0: not held) */
+  uint32_t held; /* slots it holds (pub->mu) */
+  /* The shared-memory ring with an ezmsg-c channel that asked for one (shmring.h; pub->mu). */
+  bool ring_wanted;  /* X_HELLO came: switch once it holds nothing */
+  bool ring_on;      /* notices go through `ring`; its entries' refs say what it holds */
+  uint32_t ring_gen; /* the segment generation it was last told about */
+  ezi_ring ring;
+  char ring_name[EZI_SHM_NAME_MAX + 1];
 };
 
 struct ez_pub {
@@ -42,7 +50,8 @@ struct ez_pub {
   int waiters;
   int64_t want; /* the slot a waiting publisher needs, -1: any change (flush, pause) */
   ezi_seg *seg;
-  bool shm_real; /* seg is the server's segment, mapped here too */
+  uint32_t seg_gen; /* how many times seg was replaced (grown) */
+  bool shm_real;    /* seg is the server's segment, mapped here too */
   uint64_t next_id;
   uint32_t *leases;   /* remote channels holding each slot (the local one: local_t0, ls refs) */
   uint64_t *slot_msg; /* msg id currently in each slot */
@@ -69,5 +78,10 @@ void ezi_pub_serve_stop(ez_pub *pub);
 void ezi_pub_free_locked(ez_pub *pub, pub_chan *pc, uint64_t msg_id, uint64_t now);
 /* Sends COMPLETE for a pending SYNC once every slot is free. pub->mu held. */
 void ezi_pub_check_sync(ez_pub *pub);
+/* A ring channel's receivers freed a slot the publisher sleeps for (its RX_ACK), or the channel
+ * closes: collects what was freed and wakes the publisher. pub->mu held. */
+void ezi_pub_ring_wake(ez_pub *pub);
+/* Channel pc closes: its ring's slots are freed and the ring unmapped. pub->mu held. */
+void ezi_pub_ring_close(ez_pub *pub, pub_chan *pc, uint64_t now);
 
 #endif

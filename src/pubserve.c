@@ -84,6 +84,7 @@ static void chan_close(pub_chan *pc) {
       break;
     }
   }
+  ezi_pub_ring_close(p, pc, now);
   for (uint32_t i = 0; i < p->nbuf; i++) /* a channel that leaves frees what it held */
     if (pc->t0[i]) ezi_pub_free_locked(p, pc, p->slot_msg[i], now);
   pthread_mutex_unlock(&p->mu);
@@ -165,9 +166,16 @@ static void on_chan(ezi_watch *w, uint32_t ev) {
     size_t avail = ezi_buf_pending(&pc->in), pos = 0;
     uint64_t now = ezi_now_ns();
     pthread_mutex_lock(&p->mu);
-    while (avail - pos >= 9 && h[pos] == EZI_RX_ACK) {
-      ezi_pub_free_locked(p, pc, ezi_get_u64le(h + pos + 1), now);
-      pos += 9;
+    for (;;) {
+      if (avail - pos >= 9 && h[pos] == EZI_RX_ACK) {
+        ezi_pub_free_locked(p, pc, ezi_get_u64le(h + pos + 1), now);
+        pos += 9;
+      } else if (avail - pos >= 1 && h[pos] == EZI_X_HELLO) { /* an ezmsg-c channel */
+        pc->ring_wanted = p->ctx->ring_ok && !pc->ring_on && pc->shm_ok;
+        pos += 1;
+      } else {
+        break;
+      }
     }
     pthread_mutex_unlock(&p->mu);
     ezi_buf_consume(&pc->in, pos);

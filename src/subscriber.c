@@ -73,6 +73,7 @@ static void now_empty(ez_sub *s) {
   }
   if (s->efd >= 0 && s->n_locals) {
     __atomic_store_n(&s->want_signal, 1, __ATOMIC_SEQ_CST);
+    ezi_lchan_arm(s);
     if (ezi_lchan_ready(s)) { /* one came meanwhile */
       __atomic_store_n(&s->want_signal, 0, __ATOMIC_RELAXED);
       ezi_sub_signal_ready(s);
@@ -168,7 +169,10 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
         }
         s->waiters++;
         /* Announce the sleep to local publishers, then look again (localchan.c). */
-        if (s->n_locals) __atomic_store_n(&s->want_signal, 1, __ATOMIC_SEQ_CST);
+        if (s->n_locals) {
+          __atomic_store_n(&s->want_signal, 1, __ATOMIC_SEQ_CST);
+          ezi_lchan_arm(s);
+        }
         if (!ezi_lchan_ready(s)) rc = ezi_cond_wait(&s->cv, &s->mu, deadline);
         s->waiters--;
         if (s->efd < 0) __atomic_store_n(&s->want_signal, 0, __ATOMIC_RELAXED);

@@ -64,6 +64,8 @@ void ezi_sub_signal_ready(ez_sub *s);
 /* localchan.c (s->mu held): true if a local channel has a message for s; takes the next one
  * into m (round robin over the channels). */
 bool ezi_lchan_ready(ez_sub *s);
+/* Asks the publishers of s's ring channels for a wake-up at their next message (s->mu held). */
+void ezi_lchan_arm(ez_sub *s);
 bool ezi_lchan_take(ez_sub *s, ez_msg *m);
 
 /* sublink.c: the graph link's event handler (I/O thread). */

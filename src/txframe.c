@@ -1,4 +1,5 @@
-/* TX_SHM: cmd, u64 msg_id, str shm_name. TX_TCP: cmd, u64 msg_id, u64 size, size bytes. */
+/* TX_SHM: cmd, u64 msg_id, str shm_name. TX_TCP: cmd, u64 msg_id, u64 size, size bytes. X_RING
+ * (ezmsg-c's extension): as TX_SHM, with the ring's name. */
 #include "txframe.h"
 #include "shm.h"
 #include "wire.h"
@@ -8,7 +9,7 @@ int ezi_tx_parse(const uint8_t *p, size_t len, ezi_tx_frame *f) {
   ezi_rd r;
   ezi_rd_init(&r, p, len, EZI_SHM_NAME_MAX);
   if (ezi_rd_u8(&r, &f->cmd) && ezi_rd_u64(&r, &f->msg_id)) {
-    if (f->cmd == EZI_TX_SHM) {
+    if (f->cmd == EZI_TX_SHM || f->cmd == EZI_X_RING) {
       ezi_rd_str(&r, &f->name, &f->name_len);
       if (r.err) return EZ_EPROTO; /* not a name we could ever attach */
     } else if (f->cmd == EZI_TX_TCP) {

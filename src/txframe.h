@@ -10,9 +10,9 @@
 #define EZI_TX_HDR_ROOM 4096                /* input room for frame headers */
 
 typedef struct ezi_tx_frame {
-  uint8_t cmd; /* EZI_TX_SHM or EZI_TX_TCP */
+  uint8_t cmd; /* EZI_TX_SHM, EZI_TX_TCP or EZI_X_RING */
   uint64_t msg_id;
-  const char *name; /* TX_SHM: the segment name (a view, not NUL-terminated) */
+  const char *name; /* TX_SHM: the segment name, X_RING: the ring's (a view, not NUL-terminated) */
   size_t name_len;
   const uint8_t *body; /* TX_TCP: the marshalled message, `size` bytes (a view) */
   uint64_t size;

@@ -35,6 +35,12 @@ enum ezi_cmd {
   EZI_SHM_ATTACH_FAILED = 20,
   EZI_PROFILE = 21,
   EZI_PROFILE_DATA = 22,
+  /* ezmsg-c's extension between a channel and a publisher that are both ezmsg-c (shmring.h); the
+   * reference ignores unknown bytes from a channel, and a publisher sends X_RING only after
+   * X_HELLO. X_HELLO: the channel's one byte, "I can read a notice ring". X_RING: as TX_SHM, with
+   * the first message id the ring carries and the ring's name. */
+  EZI_X_HELLO = 0xe5,
+  EZI_X_RING = 0xe6,
 };
 /* Name of a command byte for log lines ("?" if unknown). */
 const char *ezi_cmd_name(unsigned cmd);

@@ -296,11 +296,45 @@ static void test_outlive_publisher(void **state) {
   ez_context_close(ctx);
 }
 
+typedef struct waiter {
+  ez_sub *sub;
+  int rc;
+  uint8_t got[MSG_LEN];
+  size_t len;
+} waiter;
+
+static void *wait_one(void *arg) {
+  waiter *w = arg;
+  w->rc = ez_recv_copy(w->sub, w->got, sizeof w->got, &w->len, TMO);
+  return NULL;
+}
+
+/* A receiver already asleep in ez_recv when a publisher of its process appears is woken by that
+ * publisher's first message. */
+static void test_publisher_appears_while_waiting(void **state) {
+  (void)state;
+  ez_context *ctx = open_ctx();
+  waiter w = {.sub = make_sub(ctx, "/local/later")};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, wait_one, &w), 0);
+  th_sleep_ms(200); /* let it fall asleep (nothing to poll for) */
+  ez_pub *p = make_pub(ctx, "/local/later", 4);
+  uint8_t b[MSG_LEN];
+  fill(b, 7);
+  assert_int_equal(ez_publish(p, b, MSG_LEN, TMO), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_int_equal(w.rc, 0);
+  char why[160];
+  if (check(w.got, w.len, 7, why, sizeof why)) fail_msg("%s", why);
+  ez_context_close(ctx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_leave_and_flush, setup, teardown),
       cmocka_unit_test_setup_teardown(test_outlive_publisher, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_publisher_appears_while_waiting, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,6 +36,9 @@ extern "C" {
  * (0..1000, default 50; 0: never poll). See ez_context_open. */
 #define EZ_SPIN_ENV "EZMSG_SPIN_US"
 #define EZ_SPIN_DEFAULT_US 50
+/* "0" turns off the shared-memory notice ring between ezmsg-c processes (they then use the
+ * protocol's TX_SHM / RX_ACK over TCP, as with Python peers). See ez_context_open. */
+#define EZ_SHM_RING_ENV "EZMSG_SHM_RING"
 #define EZ_MAX_CONTROL_STR (1u << 20) /* longest string accepted on a control link */
 #define EZ_DEFAULT_TIMEOUT_MS 5000    /* default for one-shot graph requests */
 
@@ -197,7 +200,11 @@ typedef struct ez_context ez_context;
  * Waking a sleeping thread is the largest part of a message's round trip on most machines; on the
  * 2-core VM of bench/RESULTS.md polling takes 64 B shm throughput from ~0.3 to ~0.7 M msgs/s
  * and the round trip from ~90 to ~40 us, for up to ~16% of a core per process at 10 kHz. Set
- * EZMSG_SPIN_US=0 where CPU matters more than latency. An invalid value is logged and ignored. */
+ * EZMSG_SPIN_US=0 where CPU matters more than latency. An invalid value is logged and ignored.
+ *
+ * Between two ezmsg-c processes on one machine, notices and releases go through a ring in shared
+ * memory instead of TX_SHM / RX_ACK frames, negotiated per channel (Python peers never see it);
+ * $EZMSG_SHM_RING=0 turns that off for this context's channels and publishers. */
 int ez_context_open(const char *address, ez_context **out);
 
 /* The graph server address in use. Owned by the context. */

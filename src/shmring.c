@@ -1,0 +1,95 @@
+/* The shared-memory notice ring between an ezmsg-c publisher and an ezmsg-c channel (shmring.h). */
+#include "shmring.h"
+#include "internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+_Static_assert(sizeof(ezi_ring_hdr) == 256, "the ring header is four cache lines");
+_Static_assert(sizeof(ezi_ring_entry) == 64, "a ring entry is one cache line");
+
+static size_t ring_size(uint32_t nbuf) {
+  return sizeof(ezi_ring_hdr) + (size_t)nbuf * sizeof(ezi_ring_entry);
+}
+
+static void map_into(void *base, size_t size, uint32_t nbuf, ezi_ring *out) {
+  out->h = base;
+  out->e = (ezi_ring_entry *)((uint8_t *)base + sizeof(ezi_ring_hdr));
+  out->size = size;
+  out->nbuf = nbuf;
+}
+
+int ezi_ring_create(uint32_t nbuf, ezi_ring *out, char name[EZI_SHM_NAME_MAX + 1]) {
+  *out = (ezi_ring){0};
+  size_t size = ring_size(nbuf);
+  for (int tries = 0; tries < 16; tries++) {
+    uint32_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+      r = (uint32_t)(ezi_now_ns() * 2654435761u) ^ (uint32_t)getpid() ^ (uint32_t)tries;
+    snprintf(name, EZI_SHM_NAME_MAX + 1, "psm_%08x", (unsigned)r);
+    char path[EZI_SHM_NAME_MAX + 2];
+    snprintf(path, sizeof path, "/%s", name);
+    int fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) continue;
+    if (fd < 0) break;
+    void *base = MAP_FAILED;
+    if (posix_fallocate(fd, 0, (off_t)size) == 0)
+      base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) {
+      shm_unlink(path);
+      EZI_WARN("cannot make a notice ring of %zu bytes: %s", size, strerror(errno));
+      return EZ_ENOMEM;
+    }
+    map_into(base, size, nbuf, out);
+    out->h->num_buffers = nbuf;
+    __atomic_store_n(&out->h->magic, EZI_RING_MAGIC, __ATOMIC_RELEASE);
+    return 0;
+  }
+  EZI_WARN("cannot make a notice ring: %s", strerror(errno));
+  return EZ_ESYS;
+}
+
+int ezi_ring_attach(const char *name, size_t n, uint32_t nbuf, ezi_ring *out) {
+  *out = (ezi_ring){0};
+  char path[EZI_SHM_NAME_MAX + 2];
+  if (n < 1 || n > EZI_SHM_NAME_MAX) return EZ_EPROTO;
+  for (size_t i = 0; i < n; i++) /* the characters ezi_shm_attach accepts */
+    if (!isalnum((unsigned char)name[i]) && name[i] != '_' && name[i] != '-' && name[i] != '.')
+      return EZ_EPROTO;
+  if ((n == 1 && name[0] == '.') || (n == 2 && name[0] == '.' && name[1] == '.')) return EZ_EPROTO;
+  path[0] = '/';
+  memcpy(path + 1, name, n);
+  path[n + 1] = 0;
+  int fd = shm_open(path, O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) return errno == ENOENT ? EZ_ENOENT : EZ_ESYS;
+  size_t size = ring_size(nbuf);
+  struct stat st;
+  void *base = MAP_FAILED;
+  if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == size)
+    base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) return EZ_EPROTO;
+  map_into(base, size, nbuf, out);
+  if (__atomic_load_n(&out->h->magic, __ATOMIC_ACQUIRE) != EZI_RING_MAGIC ||
+      out->h->num_buffers != nbuf) {
+    ezi_ring_detach(out);
+    return EZ_EPROTO;
+  }
+  /* Mapped from now on: no name left to leak if either side dies. Only a ring is unlinked: a
+   * publisher cannot make us remove anything else of ours. */
+  shm_unlink(path);
+  return 0;
+}
+
+void ezi_ring_detach(ezi_ring *r) {
+  if (r->h) munmap(r->h, r->size);
+  *r = (ezi_ring){0};
+}
