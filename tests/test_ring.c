@@ -3,9 +3,18 @@
  * process whose notices reach this process through the ring, or through TX_SHM frames when the
  * ring is turned off. */
 #include "harness.h"
+#include "marshal.h"
+#include "rawproto.h"
 #include "shmring.h"
+#include "wire.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <time.h>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,12 +158,150 @@ static void test_stream_without_ring(void **state) {
   stream_from_child(false);
 }
 
+/* ---- a publisher that breaks the ring's rules ----------------------------------------------- */
+
+typedef struct fake {
+  int graph, listener, data;
+  char id[37], seg_name[64], ring_name[EZI_SHM_NAME_MAX + 1];
+  ez_shm *seg;
+  ezi_ring ring;
+} fake;
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Plays an ezmsg-c publisher of 4 slots, by hand, for subscriber topic `topic` in this process:
+ * registration, the channel handshake with a real segment, then the channel's X_HELLO, answered
+ * with X_RING. */
+static void fake_start(fake *f, const char *topic) {
+  f->listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(f->listener, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(f->listener, 4), 0);
+  socklen_t alen = sizeof a;
+  getsockname(f->listener, (struct sockaddr *)&a, &alen);
+  char my_addr[64];
+  snprintf(my_addr, sizeof my_addr, "127.0.0.1:%u", ntohs(a.sin_port));
+  f->graph = rp_fake_pub_begin(g_addr, topic, my_addr, f->id);
+  f->data = accept4(f->listener, NULL, NULL, SOCK_CLOEXEC);
+  assert_true(f->data >= 0);
+  rp_expect_u8(f->data, EZI_CHANNEL);
+  char chan_id[64];
+  rp_rd_str(f->data, chan_id, sizeof chan_id);
+  assert_int_equal(ez_shm_create(g_addr, 4, 256, &f->seg, TMO), 0);
+  snprintf(f->seg_name, sizeof f->seg_name, "%s", ez_shm_name(f->seg));
+  rp_wr_str(f->data, f->seg_name);
+  rp_expect_u8(f->data, EZI_SHM_OK);
+  assert_int_equal(rp_rd_u64(f->data), (uint64_t)getpid());
+  uint8_t done[9] = {EZI_COMPLETE};
+  rp_put_u64le(done + 1, 4);
+  rp_wr(f->data, done, 9);
+  rp_expect_u8(f->data, EZI_X_HELLO); /* an ezmsg-c channel asks for a ring */
+  rp_expect_u8(f->graph, EZI_COMPLETE);
+  assert_int_equal(ezi_ring_create(4, &f->ring, f->ring_name), 0);
+  uint8_t hdr[17];
+  hdr[0] = EZI_X_RING;
+  rp_put_u64le(hdr + 1, 0);
+  rp_put_u64le(hdr + 9, strlen(f->ring_name));
+  rp_wr(f->data, hdr, 17);
+  rp_wr(f->data, f->ring_name, strlen(f->ring_name));
+}
+
+/* Puts message id (text) in its slot and ring entry, as entry_id, then publishes up to
+ * `published` and sends the TX_SHM that names the segment and wakes the channel. */
+static void fake_put(fake *f, uint64_t id, uint64_t entry_id, const char *text,
+                     uint64_t published) {
+  uint8_t *slot = ez_shm_buffer(f->seg, id % 4);
+  size_t n = strlen(text);
+  ezi_marshal_bytes_header(slot, id, n);
+  memcpy(slot + EZI_MARSHAL_BYTES_HDR, text, n);
+  ezi_ring_entry *e = &f->ring.e[id % 4];
+  e->msg_id = entry_id;
+  e->t0 = mono_ns();
+  e->gen = 0;
+  __atomic_store_n(&e->refs, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&f->ring.h->published, published, __ATOMIC_SEQ_CST);
+  uint8_t hdr[17];
+  hdr[0] = EZI_TX_SHM;
+  rp_put_u64le(hdr + 1, id);
+  rp_put_u64le(hdr + 9, strlen(f->seg_name));
+  rp_wr(f->data, hdr, 17);
+  rp_wr(f->data, f->seg_name, strlen(f->seg_name));
+}
+
+static void fake_end(fake *f) {
+  close(f->data);
+  close(f->graph);
+  close(f->listener);
+  ezi_ring_detach(&f->ring);
+  ez_shm_close(f->seg);
+}
+
+/* True once the channel hangs up on us (anything it sends first is skipped). */
+static bool hung_up(int fd) {
+  int64_t end = th_now_ms() + TMO;
+  uint8_t b[64];
+  while (th_now_ms() < end) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 100) == 1 && recv(fd, b, sizeof b, 0) <= 0) return true;
+  }
+  return false;
+}
+
+/* A message through a hand-made ring arrives; one whose entry names another message, or a
+ * `published` beyond the ring, makes the channel drop the link, and nothing false is delivered. */
+static void ring_violation(int kind) {
+  ez_context *ctx = NULL;
+  assert_int_equal(ez_context_open(g_addr, &ctx), 0);
+  ez_sub *s = NULL;
+  assert_int_equal(ez_sub_create(ctx, "/ring/fake", NULL, &s), 0);
+  fake f;
+  fake_start(&f, "/ring/fake");
+  fake_put(&f, 0, 0, "hello", 1);
+  ez_msg m;
+  assert_int_equal(ez_recv(s, &m, TMO), 0);
+  assert_int_equal(m.msg_id, 0);
+  assert_int_equal(m.len, 5);
+  assert_memory_equal(m.data, "hello", 5);
+  assert_string_equal(m.pub_id, f.id);
+  ez_msg_release(&m);
+  int64_t end = th_now_ms() + TMO; /* the release reaches the shared entry */
+  while (__atomic_load_n(&f.ring.e[0].refs, __ATOMIC_SEQ_CST) && th_now_ms() < end)
+    th_sleep_ms(1);
+  assert_int_equal(__atomic_load_n(&f.ring.e[0].refs, __ATOMIC_SEQ_CST), 0);
+
+  if (kind == 0)
+    fake_put(&f, 1, 5, "wrong", 2); /* the entry names message 5 */
+  else
+    fake_put(&f, 1, 1, "far", 1000); /* 999 messages announced in a ring of 4 */
+  assert_true(hung_up(f.data));
+  assert_int_equal(ez_recv(s, &m, 300), EZ_ETIMEDOUT);
+  fake_end(&f);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
+static void test_ring_wrong_entry(void **state) {
+  (void)state;
+  ring_violation(0);
+}
+
+static void test_ring_out_of_range(void **state) {
+  (void)state;
+  ring_violation(1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_create_attach),
       cmocka_unit_test(test_attach_refuses),
       cmocka_unit_test_setup_teardown(test_stream_through_ring, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stream_without_ring, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_ring_wrong_entry, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_ring_out_of_range, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
