@@ -149,3 +149,15 @@ int th_count_fds(void) {
   closedir(d);
   return n - 1; /* the DIR's own fd */
 }
+
+int th_server_up(char *addr, pid_t *pid) {
+  th_free_address(addr, 64);
+  *pid = th_start_server(addr);
+  return *pid > 0 ? 0 : -1;
+}
+
+int th_server_down(pid_t *pid) {
+  int rc = *pid > 0 ? th_stop(*pid, SIGTERM, 10000) : 0;
+  *pid = 0;
+  return rc == 0 ? 0 : -1;
+}

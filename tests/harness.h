@@ -35,6 +35,11 @@ int th_run(char *out, size_t cap, const char *fmt, ...);
 /* Starts `ezmsg serve --address addr` and waits until it answers. Returns the pid. */
 pid_t th_start_server(const char *addr);
 
+/* For cmocka setup / teardown: a server of its own on a free address (written to addr, 64 bytes)
+ * for each test, and stopping it (SIGTERM, so it removes its segments). 0 on success. */
+int th_server_up(char *addr, pid_t *pid);
+int th_server_down(pid_t *pid);
+
 /* Number of entries in /dev/shm whose names begin with "psm_". */
 int th_count_shm(void);
 /* Number of open fds of this process. */

@@ -25,16 +25,12 @@ static pid_t g_server;
 
 static int setup(void **state) {
   (void)state;
-  th_free_address(g_addr, sizeof g_addr);
-  g_server = th_start_server(g_addr);
-  return g_server > 0 ? 0 : -1;
+  return th_server_up(g_addr, &g_server);
 }
 
 static int teardown(void **state) {
   (void)state;
-  int rc = g_server > 0 ? th_stop(g_server, SIGTERM, 10000) : 0;
-  g_server = 0;
-  return rc == 0 ? 0 : -1;
+  return th_server_down(&g_server);
 }
 
 static ez_context *open_ctx(void) {
