@@ -138,6 +138,14 @@ int ezi_lchan_attach(chan *c, uint64_t next_id);
 /* cs leaves its local channel: what it had not taken is released, and with release_viewed what
  * it views too. Frees cs when nothing is left. I/O thread. */
 void ezi_lchan_leave(chan_sub *cs, bool release_viewed);
+/* localchan.c: signals a receiver that asked for it (want_signal; takes its lock). */
+void ezi_lchan_signal(ez_sub *s);
+
+/* ringchan.c. ezi_ring_chan_free: gives ring entry idx back to the remote publisher, waking it if
+ * it sleeps for it. ezi_lchan_resignal: asks the I/O thread to signal the waiting members of every
+ * ring channel (a receiver that pulled must not take another subscriber's lock). Any thread. */
+void ezi_ring_chan_free(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now);
+void ezi_lchan_resignal(ez_context *ctx);
 /* Ring mode (I/O thread): ezi_lchan_ring_start maps the ring `name` announced by X_RING, from
  * message start_id on, and makes every subscriber a member (EZ_EPROTO, EZ_ENOMEM...).
  * ezi_lchan_ring_seg: the publisher's segment for message msg_id is now c->seg. ezi_lchan_pull:

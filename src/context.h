@@ -150,8 +150,7 @@ void ezi_chan_leave(chan_sub *cs, bool release_viewed);
  * hold a reference each) into its slot; true if any member holds it now. Members waiting for a
  * signal get one, except self. ezi_lchan_slot_free:
  * true (with the time of the last release) once no member holds slot idx. ezi_lchan_set_wants:
- * announces what the publisher is about to sleep for (0, slot + 1 or EZI_LWANT_ANY).
- * ezi_lchan_spin: polls slot idx for up to budget_ns; true if it was freed. */
+ * announces what the publisher is about to sleep for (0, slot + 1 or EZI_LWANT_ANY). */
 /* ezi_lchan_attach: makes every subscriber of local channel c a member, from message next_id on
  * (EZ_ENOMEM; I/O thread). */
 #define EZI_LWANT_ANY UINT32_MAX /* pub_wants: the publisher sleeps until any slot is freed */
@@ -160,7 +159,6 @@ bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, ui
                    ezi_seg *seg, ez_sub *self);
 bool ezi_lchan_slot_free(chan *c, uint32_t idx, uint64_t *freed_at);
 void ezi_lchan_set_wants(chan *c, uint32_t wants);
-bool ezi_lchan_spin(chan *c, uint32_t idx, uint64_t budget_ns);
 /* The publisher of a local channel is going away. I/O thread. */
 void ezi_chan_pub_gone(chan *c);
 /* Fills a view of message msg_id for cs (called by recv). EZ_ENOENT if it is gone. */

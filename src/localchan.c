@@ -12,14 +12,16 @@
  * Sleeping on either side is announced first and then checked again (store, then load, both
  * sequentially consistent, against the other side's store then load), so one of the two always
  * sees the other: the publisher wakes a receiver that set want_signal, a receiver wakes a
- * publisher whose pub_wants names the freed slot. Both wakes go through the sleeper's own lock. */
+ * publisher whose pub_wants names the freed slot. Both wakes go through the sleeper's own lock.
+ *
+ * A channel of a remote ezmsg-c publisher in ring mode (ringchan.c) works the same way, with the
+ * pull from the shared ring in the publisher's place. */
 #include "channel.h"
 #include "publisher.h"
 #include "subscriber.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #define SEQ __ATOMIC_SEQ_CST
 
@@ -85,36 +87,13 @@ int ezi_lchan_join(chan *c, chan_sub *cs) {
 }
 
 /* Wakes a receiver that announced it waits (or whose fd must become readable). */
-static void signal_sub(ez_sub *s) {
+void ezi_lchan_signal(ez_sub *s) {
   pthread_mutex_lock(&s->mu);
   if (__atomic_load_n(&s->want_signal, __ATOMIC_RELAXED)) {
     __atomic_store_n(&s->want_signal, 0, __ATOMIC_RELAXED);
     ezi_sub_signal_ready(s);
   }
   pthread_mutex_unlock(&s->mu);
-}
-
-/* I/O thread: signals the waiting members of every ring channel (a receiver that pulled could
- * not). Channels are created and destroyed on this thread only, so the list is stable here. */
-static void resignal_task(void *arg) {
-  ez_context *ctx = arg;
-  __atomic_store_n(&ctx->resignal_posted, 0, SEQ);
-  for (size_t i = 0; i < ctx->n_chans; i++) {
-    chan *c = ctx->chans[i];
-    if (!c->ring_on) continue;
-    pthread_mutex_lock(&c->pull_mu);
-    for (size_t k = 0; k < c->n_lsubs; k++)
-      if (__atomic_load_n(&c->lsubs[k]->sub->want_signal, SEQ)) signal_sub(c->lsubs[k]->sub);
-    pthread_mutex_unlock(&c->pull_mu);
-  }
-}
-
-static void resignal(ez_context *ctx) {
-  if (__atomic_exchange_n(&ctx->resignal_posted, 1, SEQ)) return; /* one is on its way */
-  if (ezi_loop_post(ctx->loop, resignal_task, ctx)) {
-    __atomic_store_n(&ctx->resignal_posted, 0, SEQ);
-    EZI_ERROR("out of memory: a subscriber waits for a message it was not told of");
-  }
 }
 
 bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now,
@@ -139,9 +118,9 @@ bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, ui
     if (self) /* a receiver pulls, holding its own subscriber's lock: it must not take another's */
       delegate = true;
     else
-      signal_sub(s);
+      ezi_lchan_signal(s);
   }
-  if (delegate) resignal(c->ctx);
+  if (delegate) ezi_lchan_resignal(c->ctx);
   return n != 0;
 }
 
@@ -152,15 +131,6 @@ bool ezi_lchan_slot_free(chan *c, uint32_t idx, uint64_t *freed_at) {
 }
 
 void ezi_lchan_set_wants(chan *c, uint32_t wants) { __atomic_store_n(&c->pub_wants, wants, SEQ); }
-
-bool ezi_lchan_spin(chan *c, uint32_t idx, uint64_t budget_ns) {
-  uint64_t t0 = ezi_now_ns();
-  for (unsigned k = 1;; k++) {
-    if (!__atomic_load_n(&c->ls[idx].refs, __ATOMIC_ACQUIRE)) return true;
-    ezi_cpu_relax();
-    if (!(k & 63) && ezi_now_ns() - t0 >= budget_ns) return false;
-  }
-}
 
 /* ---- receiver side ------------------------------------------------------------------------- */
 
@@ -183,132 +153,6 @@ bool ezi_lchan_ready(ez_sub *s) {
 void ezi_lchan_arm(ez_sub *s) {
   for (size_t i = 0; i < s->n_locals; i++)
     if (s->locals[i]->ch->ring_on) __atomic_store_n(&s->locals[i]->ch->ring.h->rx_sleep, 1, SEQ);
-}
-
-/* ---- ring mode: the channel of a remote ezmsg-c publisher -------------------------------- */
-
-/* Gives ring entry idx back to the publisher; wakes it (an RX_ACK) if it sleeps for it. */
-static void ring_free(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now) {
-  ezi_ring_entry *e = &c->ring.e[idx];
-  __atomic_store_n(&e->freed_at, now, __ATOMIC_RELAXED);
-  __atomic_store_n(&e->refs, 0, SEQ);
-  uint32_t w = __atomic_load_n(&c->ring.h->pub_wants, SEQ);
-  if (w == EZI_LWANT_ANY || w == idx + 1) {
-    uint8_t b[9] = {EZI_RX_ACK};
-    ezi_put_u64le(b + 1, msg_id);
-    ezi_outbox_put_now(c->ctx, &c->acks, b, sizeof b);
-  }
-}
-
-static ezi_seg *gseg_find(chan *c, uint32_t gen) {
-  for (size_t i = 0; i < sizeof c->gseg / sizeof c->gseg[0]; i++)
-    if (c->gseg[i].seg && c->gseg[i].gen == gen) return c->gseg[i].seg;
-  return NULL;
-}
-
-/* Maps generation gen to seg (pull_mu held), replacing the oldest generation if all are taken
- * (messages still held keep their own references). */
-static void gseg_add(chan *c, uint32_t gen, ezi_seg *seg) {
-  if (gseg_find(c, gen)) return;
-  size_t k = 0;
-  for (size_t i = 1; i < sizeof c->gseg / sizeof c->gseg[0]; i++)
-    if (!c->gseg[i].seg || (c->gseg[k].seg && c->gseg[i].gen < c->gseg[k].gen)) k = i;
-  ezi_seg_unref(c->gseg[k].seg);
-  ezi_seg_ref(seg);
-  c->gseg[k].gen = gen;
-  c->gseg[k].seg = seg;
-}
-
-static void ring_broken(chan *c, const char *why) {
-  if (!c->ring_bad) EZI_WARN("channel %s: the publisher's ring %s; dropping the link", c->id, why);
-  c->ring_bad = true;
-}
-
-/* One pass (pull_mu held): true if it brought anything; *stuck if a message waits for its
- * segment to be attached. */
-static bool pull_locked(chan *c, ez_sub *self, bool *stuck) {
-  bool any = false;
-  uint64_t p = __atomic_load_n(&c->ring.h->published, __ATOMIC_ACQUIRE);
-  uint64_t id = __atomic_load_n(&c->published, __ATOMIC_RELAXED), now = 0;
-  if (p < id || p - id > c->nbuf) ring_broken(c, "announced messages out of its range");
-  for (; id < p && !c->ring_bad; id++) {
-    uint32_t idx = (uint32_t)(id % c->nbuf);
-    const ezi_ring_entry *e = &c->ring.e[idx];
-    ezi_seg *seg = gseg_find(c, e->gen);
-    if (!seg) { /* a new segment: the I/O thread attaches it when its TX_SHM comes */
-      *stuck = true;
-      break;
-    }
-    if (__atomic_load_n(&c->ls[idx].refs, __ATOMIC_ACQUIRE)) { /* pairs with slot_unref */
-      ring_broken(c, "reused a slot this process still holds");
-      break;
-    }
-    ezi_unmarshalled um;
-    if (e->msg_id != id || ezi_unmarshal(ezi_seg_data(seg, idx), ezi_seg_room(seg), &um) ||
-        um.msg_id != id || um.raw_pickle) {
-      ring_broken(c, "holds a message that is not the one announced");
-      break;
-    }
-    if (!ezi_lchan_put(c, id, um.payload, um.payload_len, e->t0, seg, self)) {
-      if (!now) now = ezi_now_ns();
-      ring_free(c, idx, id, now); /* nobody to take it */
-    }
-    any = true;
-  }
-  return any;
-}
-
-bool ezi_lchan_pull(chan *c, ez_sub *self, bool block) {
-  bool any = false;
-  for (;;) {
-    if (block)
-      pthread_mutex_lock(&c->pull_mu);
-    else if (pthread_mutex_trylock(&c->pull_mu))
-      return any; /* someone else pulls: it looks again after unlocking (below) */
-    bool stuck = false;
-    any |= pull_locked(c, self, &stuck);
-    pthread_mutex_unlock(&c->pull_mu);
-    /* A receiver that found the lock taken went to sleep counting on the holder: look again
-     * for what was put meanwhile (the publisher did not wake anyone for it). */
-    __atomic_thread_fence(SEQ);
-    if (stuck || c->ring_bad ||
-        __atomic_load_n(&c->ring.h->published, SEQ) == __atomic_load_n(&c->published, SEQ))
-      return any;
-  }
-}
-
-void ezi_lchan_ring_seg(chan *c, uint64_t msg_id) {
-  pthread_mutex_lock(&c->pull_mu);
-  const ezi_ring_entry *e = &c->ring.e[msg_id % c->nbuf];
-  if (e->msg_id == msg_id && c->seg) gseg_add(c, e->gen, c->seg);
-  pthread_mutex_unlock(&c->pull_mu);
-}
-
-int ezi_lchan_ring_start(chan *c, const char *name, size_t n, uint64_t start_id) {
-  if (c->ring_on || c->local_pub || !c->seg) return EZ_EPROTO;
-  int rc = ezi_ring_attach(name, n, c->nbuf, &c->ring);
-  if (rc) return rc;
-  size_t bytes = c->nbuf * sizeof *c->ls;
-  if (!(c->ls = aligned_alloc(_Alignof(lslot), bytes))) {
-    ezi_ring_detach(&c->ring);
-    return EZ_ENOMEM;
-  }
-  memset(c->ls, 0, bytes);
-  pthread_mutex_lock(&c->pull_mu);
-  c->ring_on = true; /* segments are mapped to generations as TX_SHM frames name them */
-  c->mode = "shm";
-  rc = ezi_lchan_attach(c, start_id); /* nothing is held: the publisher waited for that */
-  pthread_mutex_unlock(&c->pull_mu);
-  if (rc) return rc;
-  ezi_lchan_pull(c, NULL, true); /* what came already */
-  return 0;
-}
-
-void ezi_lchan_ring_free(chan *c) {
-  if (!c->ring_on) return;
-  for (size_t i = 0; i < sizeof c->gseg / sizeof c->gseg[0]; i++)
-    ezi_seg_unref(c->gseg[i].seg);
-  ezi_ring_detach(&c->ring);
 }
 
 bool ezi_lchan_take(ez_sub *s, ez_msg *m) {
@@ -353,7 +197,7 @@ static void slot_unref(chan *c, uint32_t idx, uint64_t now) {
   } while (!__atomic_compare_exchange_n(&l->refs, &r, r - 1, true, SEQ, __ATOMIC_RELAXED));
   if (r != 1) return;
   if (c->ring_on) { /* give the entry back to the remote publisher */
-    ring_free(c, idx, msg_id, now);
+    ezi_ring_chan_free(c, idx, msg_id, now);
     ezi_seg_unref(seg);
     return;
   }

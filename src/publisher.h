@@ -53,7 +53,8 @@ struct ez_pub {
   uint32_t seg_gen; /* how many times seg was replaced (grown) */
   bool shm_real;    /* seg is the server's segment, mapped here too */
   uint64_t next_id;
-  uint32_t *leases;   /* remote channels holding each slot (the local one: local_t0, ls refs) */
+  uint32_t *leases;   /* channels on TX_SHM / TX_TCP holding each slot (the local channel and ring
+                       * channels: local_t0 / pc->t0 and their entries' counts) */
   uint64_t *slot_msg; /* msg id currently in each slot */
   bool running, sync_pending, closing, loaned;
   size_t loan_len;
