@@ -3,6 +3,7 @@
 #include "publisher.h"
 #include "graphclient.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -421,6 +422,7 @@ static bool poll_slot(ez_pub *p, uint32_t idx) {
   for (unsigned k = 1; !(got = slot_free_atomics(p, idx)); k++) {
     ezi_cpu_relax();
     if (!(k & 63) && ezi_now_ns() - t0 >= budget) break;
+    if (!(k & 255)) sched_yield();
   }
   p->spin_score = p->spin_score - p->spin_score / 8 + (got ? 128 : 0);
   return got;

@@ -5,6 +5,7 @@
 #include "subscriber.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,6 +141,7 @@ static bool poll_local(ez_sub *s) {
     }
     ezi_cpu_relax();
     if (!(k & 63) && ezi_now_ns() - t0 >= budget) break;
+    if (!(k & 255)) sched_yield();
   }
   pthread_mutex_lock(&s->mu);
   s->spin_score = s->spin_score - s->spin_score / 8 + (got ? 128 : 0);
