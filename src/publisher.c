@@ -543,7 +543,9 @@ static void ring_start(ez_pub *p, pub_chan *pc, bool shm) {
 
 /* The notice of message id for ring channel pc: its entry, then `published`. A TX_SHM frame goes
  * too when the channel sleeps (it wakes it) or the segment changed since the last one (it names
- * the new segment). */
+ * the new segment). If a grow fell back to private memory, the name is the old segment's: the
+ * channel finds a slot that does not hold the announced message, drops the link, and joins again
+ * (over TCP). */
 static void ring_put(ez_pub *p, pub_chan *pc, uint64_t id, uint64_t now) {
   uint32_t idx = (uint32_t)(id % p->nbuf);
   ezi_ring_entry *e = &pc->ring.e[idx];
@@ -582,7 +584,7 @@ static void send_slot(ez_pub *p, size_t len) {
     if (pc->state != PC_READY) continue;
     bool shm = p->shm_real && pc->shm_ok && !p->opts.force_tcp;
     if (pc->ring_wanted) ring_start(p, pc, shm);
-    if (pc->ring_on && shm) {
+    if (pc->ring_on) { /* a ring channel stays on it: its slots are counted there, not in leases */
       ring_put(p, pc, id, now);
       continue;
     }
