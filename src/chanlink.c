@@ -95,7 +95,7 @@ static long data_frame(chan *c, uint64_t now) {
   int took = ezi_chan_deliver(c, msg_id, &um, owned, seg, now);
   pthread_mutex_unlock(&c->mu);
   if (took < 0) return EZ_EPROTO;
-  if (!took) ezi_chan_ack(c, msg_id, now);
+  if (!took) ezi_chan_ack(c, msg_id);
   return (long)f.used;
 }
 

@@ -51,8 +51,7 @@ void ezi_chan_wake_subs(chan *c) {
   pthread_mutex_unlock(&c->mu);
 }
 
-void ezi_chan_ack(chan *c, uint64_t msg_id, uint64_t now) {
-  (void)now;
+void ezi_chan_ack(chan *c, uint64_t msg_id) {
   if (!c->remote) return;
   uint8_t b[9] = {EZI_RX_ACK}; /* a closed link's outbox drops it */
   ezi_put_u64le(b + 1, msg_id);
@@ -160,7 +159,7 @@ void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
   }
   free_cs = cs->gone && !cs->leaving && cs->in_flight == 0;
   pthread_mutex_unlock(&c->mu);
-  if (do_ack) ezi_chan_ack(c, msg_id, now);
+  if (do_ack) ezi_chan_ack(c, msg_id);
   if (free_cs) {
     free(cs->t0);
     free(cs);
@@ -244,13 +243,13 @@ int ezi_chan_link_done(chan *c, int rc) {
   pthread_mutex_lock(&c->mu);
   size_t n = c->n_subs;
   chan_sub **waiting = malloc((n ? n : 1) * sizeof *waiting);
-  if (!rc && (!waiting || !(c->slots = calloc(c->nbuf, sizeof *c->slots)))) rc = EZ_ENOMEM;
-  if (!rc && c->local_pub) {
-    if ((c->ls = aligned_alloc(_Alignof(lslot), c->nbuf * sizeof *c->ls)))
-      memset(c->ls, 0, c->nbuf * sizeof *c->ls);
-    else
-      rc = EZ_ENOMEM;
-  }
+  if (!rc && !waiting) rc = EZ_ENOMEM;
+  /* A remote publisher's notices fill slots; a local channel has its ring (ls) instead. */
+  if (!rc && c->local_pub)
+    c->ls = ezi_lchan_ring_new(c->nbuf);
+  else if (!rc)
+    c->slots = calloc(c->nbuf, sizeof *c->slots);
+  if (!rc && !c->ls && !c->slots) rc = EZ_ENOMEM;
   for (size_t i = 0; i < n && !rc; i++)
     if (!(c->subs[i]->t0 = calloc(c->nbuf, sizeof(uint64_t)))) rc = EZ_ENOMEM;
   c->state = rc ? CH_FAILED : CH_READY;

@@ -138,6 +138,9 @@ int ezi_lchan_attach(chan *c, uint64_t next_id);
 /* cs leaves its local channel: what it had not taken is released, and with release_viewed what
  * it views too. Frees cs when nothing is left. I/O thread. */
 void ezi_lchan_leave(chan_sub *cs, bool release_viewed);
+/* localchan.c: a zeroed ring of nbuf entries, each on a cache line of its own (NULL: no memory).
+ * Freed with free(). */
+lslot *ezi_lchan_ring_new(uint32_t nbuf);
 /* localchan.c: signals a receiver that asked for it (want_signal; takes its lock). */
 void ezi_lchan_signal(ez_sub *s);
 
@@ -164,7 +167,7 @@ bool ezi_lchan_idle(chan_sub *cs);
 /* Profile of a local member (sets *in_flight). */
 json_t *ezi_lchan_sub_json(chan_sub *cs, uint64_t now, double window_s, uint64_t *in_flight);
 
-/* Acks msg_id to the publisher (now: the release time). Never called with c->mu held. */
-void ezi_chan_ack(chan *c, uint64_t msg_id, uint64_t now);
+/* Acks msg_id to the publisher. Never called with c->mu held. */
+void ezi_chan_ack(chan *c, uint64_t msg_id);
 
 #endif

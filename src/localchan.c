@@ -25,6 +25,12 @@
 
 #define SEQ __ATOMIC_SEQ_CST
 
+lslot *ezi_lchan_ring_new(uint32_t nbuf) {
+  lslot *ls = aligned_alloc(_Alignof(lslot), nbuf * sizeof *ls);
+  if (ls) memset(ls, 0, nbuf * sizeof *ls);
+  return ls;
+}
+
 /* ---- publisher side (pub->mu held) --------------------------------------------------------- */
 
 int ezi_lchan_attach(chan *c, uint64_t next_id) {

@@ -135,12 +135,10 @@ int ezi_lchan_ring_start(chan *c, const char *name, size_t n, uint64_t start_id)
   if (c->ring_on || c->local_pub || !c->seg) return EZ_EPROTO;
   int rc = ezi_ring_attach(name, n, c->nbuf, &c->ring);
   if (rc) return rc;
-  size_t bytes = c->nbuf * sizeof *c->ls;
-  if (!(c->ls = aligned_alloc(_Alignof(lslot), bytes))) {
+  if (!(c->ls = ezi_lchan_ring_new(c->nbuf))) {
     ezi_ring_detach(&c->ring);
     return EZ_ENOMEM;
   }
-  memset(c->ls, 0, bytes);
   pthread_mutex_lock(&c->pull_mu);
   c->ring_on = true; /* segments are mapped to generations as TX_SHM frames name them */
   c->mode = "shm";
