@@ -145,7 +145,7 @@ void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
   }
   uint32_t idx = (uint32_t)(msg_id % c->nbuf);
   uint64_t now = ezi_now_ns();
-  bool do_ack = false, free_cs = false;
+  bool free_cs = false;
   pthread_mutex_lock(&c->mu);
   slot *s = &c->slots[idx];
   if (cs->t0[idx] && s->live && s->msg_id == msg_id) {
@@ -154,12 +154,13 @@ void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
     cs->in_flight--;
     if (--s->refs == 0) {
       slot_clear(s);
-      do_ack = true;
+      /* Under c->mu: once it is unlocked, a leave on another thread may free cs and with it
+       * the last reference to c. (The outbox only takes its own lock.) */
+      ezi_chan_ack(c, msg_id);
     }
   }
   free_cs = cs->gone && !cs->leaving && cs->in_flight == 0;
   pthread_mutex_unlock(&c->mu);
-  if (do_ack) ezi_chan_ack(c, msg_id);
   if (free_cs) {
     free(cs->t0);
     free(cs);

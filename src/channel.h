@@ -144,9 +144,13 @@ lslot *ezi_lchan_ring_new(uint32_t nbuf);
 /* localchan.c: signals a receiver that asked for it (want_signal; takes its lock). */
 void ezi_lchan_signal(ez_sub *s);
 
-/* ringchan.c. ezi_ring_chan_free: gives ring entry idx back to the remote publisher, waking it if
- * it sleeps for it. ezi_lchan_resignal: asks the I/O thread to signal the waiting members of every
- * ring channel (a receiver that pulled must not take another subscriber's lock). Any thread. */
+/* ringchan.c. ezi_ring_chan_drop: gives ring entry idx back to the remote publisher; true if the
+ * publisher sleeps for it and must get ezi_ring_chan_ack (which may write to the socket: call it
+ * with no subscriber lock held). ezi_ring_chan_free: both. ezi_lchan_resignal: asks the I/O thread
+ * to signal the waiting members of every ring channel (a receiver that pulled must not take another
+ * subscriber's lock). Any thread. */
+bool ezi_ring_chan_drop(chan *c, uint32_t idx, uint64_t now);
+void ezi_ring_chan_ack(chan *c, uint64_t msg_id);
 void ezi_ring_chan_free(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now);
 void ezi_lchan_resignal(ez_context *ctx);
 /* Ring mode (I/O thread): ezi_lchan_ring_start maps the ring `name` announced by X_RING, from

@@ -192,23 +192,42 @@ static void wake_pub(chan *c) {
   pthread_mutex_unlock(&c->mu);
 }
 
-/* Drops one holder of ring entry idx; the last one stores the release time first. */
-static void slot_unref(chan *c, uint32_t idx, uint64_t now) {
+/* Drops one holder of ring entry idx; the last one stores the release time first and gives the
+ * entry back (to a remote publisher: in the shared ring). Returns true when the release must
+ * also wake the publisher, which needs c and locks no subscriber lock may be held over
+ * (slot_wake). *seg gets the entry's segment reference to drop, if this was the last holder. */
+static bool slot_drop(chan *c, uint32_t idx, uint64_t now, uint64_t *msg_id, ezi_seg **seg) {
   lslot *l = &c->ls[idx];
-  uint64_t msg_id = l->msg_id; /* read while still held: the entry is rewritten once free */
-  ezi_seg *seg = l->seg;
+  *msg_id = l->msg_id; /* read while still held: the entry is rewritten once free */
+  *seg = NULL;
+  ezi_seg *sg = l->seg;
   uint32_t r = __atomic_load_n(&l->refs, __ATOMIC_RELAXED);
   do {
     if (r == 1) l->freed_at = now; /* only the last holder gets here: nobody else writes it */
   } while (!__atomic_compare_exchange_n(&l->refs, &r, r - 1, true, SEQ, __ATOMIC_RELAXED));
-  if (r != 1) return;
+  if (r != 1) return false;
   if (c->ring_on) { /* give the entry back to the remote publisher */
-    ezi_ring_chan_free(c, idx, msg_id, now);
-    ezi_seg_unref(seg);
-    return;
+    *seg = sg;
+    return ezi_ring_chan_drop(c, idx, now);
   }
   uint32_t w = __atomic_load_n(&c->pub_wants, SEQ);
-  if (w == EZI_LWANT_ANY || w == idx + 1) wake_pub(c);
+  return w == EZI_LWANT_ANY || w == idx + 1;
+}
+
+static void slot_wake(chan *c, uint64_t msg_id) {
+  if (c->ring_on)
+    ezi_ring_chan_ack(c, msg_id);
+  else
+    wake_pub(c);
+}
+
+/* Drops one holder of entry idx and wakes the publisher if it waits for it (no lock held). */
+static void slot_unref(chan *c, uint32_t idx, uint64_t now) {
+  uint64_t msg_id;
+  ezi_seg *seg;
+  bool wake = slot_drop(c, idx, now, &msg_id, &seg);
+  ezi_seg_unref(seg);
+  if (wake) slot_wake(c, msg_id);
 }
 
 /* Frees cs and its channel reference once it left and holds nothing (s->mu not held). */
@@ -233,10 +252,23 @@ void ezi_lchan_release(chan_sub *cs, uint64_t msg_id) {
   }
   ezi_window_add(&cs->proc, now, now - t0);
   cs->t0[idx] = 0;
-  cs->held--;
-  bool free_it = cs->gone && !cs->leaving && cs->held == 0;
+  /* The entry is dropped under s->mu, while cs still counts it: once cs holds nothing, a leave
+   * on another thread may free cs and with it the last reference to c. A wake-up that needs c
+   * after the unlock keeps the count until it is done. */
+  uint64_t id;
+  ezi_seg *seg;
+  bool wake = slot_drop(c, idx, now, &id, &seg);
+  if (!wake) cs->held--;
+  bool free_it = !wake && cs->gone && !cs->leaving && cs->held == 0;
   pthread_mutex_unlock(&s->mu);
-  slot_unref(c, idx, now);
+  ezi_seg_unref(seg);
+  if (wake) {
+    slot_wake(c, id);
+    pthread_mutex_lock(&s->mu);
+    cs->held--;
+    free_it = cs->gone && !cs->leaving && cs->held == 0;
+    pthread_mutex_unlock(&s->mu);
+  }
   maybe_free(cs, free_it);
 }
 

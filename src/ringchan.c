@@ -35,16 +35,22 @@ void ezi_lchan_resignal(ez_context *ctx) {
 }
 
 /* Gives ring entry idx back to the publisher; wakes it (an RX_ACK) if it sleeps for it. */
-void ezi_ring_chan_free(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now) {
+bool ezi_ring_chan_drop(chan *c, uint32_t idx, uint64_t now) {
   ezi_ring_entry *e = &c->ring.e[idx];
   __atomic_store_n(&e->freed_at, now, __ATOMIC_RELAXED);
   __atomic_store_n(&e->refs, 0, SEQ);
   uint32_t w = __atomic_load_n(&c->ring.h->pub_wants, SEQ);
-  if (w == EZI_LWANT_ANY || w == idx + 1) {
-    uint8_t b[9] = {EZI_RX_ACK};
-    ezi_put_u64le(b + 1, msg_id);
-    ezi_outbox_put_now(c->ctx, &c->acks, b, sizeof b);
-  }
+  return w == EZI_LWANT_ANY || w == idx + 1;
+}
+
+void ezi_ring_chan_ack(chan *c, uint64_t msg_id) {
+  uint8_t b[9] = {EZI_RX_ACK};
+  ezi_put_u64le(b + 1, msg_id);
+  ezi_outbox_put_now(c->ctx, &c->acks, b, sizeof b);
+}
+
+void ezi_ring_chan_free(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now) {
+  if (ezi_ring_chan_drop(c, idx, now)) ezi_ring_chan_ack(c, msg_id);
 }
 
 static ezi_seg *gseg_find(chan *c, uint32_t gen) {

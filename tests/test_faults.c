@@ -235,6 +235,25 @@ static bool kid_alive(pid_t pid) {
   return waitpid(pid, &st, WNOHANG) == 0;
 }
 
+static char *slurp(const char *path, size_t *len);
+
+/* Fails the test if the child started under tag has exited, showing the end of its stderr (a
+ * sanitizer report, a crash message) so that a failure in CI explains itself. */
+static void fx_assert_alive(fx *f, pid_t pid, const char *tag) {
+  int st;
+  if (waitpid(pid, &st, WNOHANG) == 0) return;
+  watch_del(f, pid);
+  kid_forget(f, pid);
+  char name[96], p[256];
+  snprintf(name, sizeof name, "%s.err", tag);
+  size_t len = 0;
+  char *err = slurp(fx_path(f, name, p, sizeof p), &len);
+  const char *tail = err && len > 3000 ? err + len - 3000 : err;
+  print_error("%s (pid %d) exited (status 0x%x); its stderr ends:\n", tag, (int)pid, st);
+  fputs(tail ? tail : "(none)\n", stderr); /* (cmocka's messages have a short buffer) */
+  fail_msg("%s exited", tag);
+}
+
 /* SIGSTOPs pid and waits until every one of its threads has stopped: kill() returns before a
  * multi-threaded process is stopped (the thread that takes the signal stops the others once it
  * runs), so until then its other threads may still work. */
@@ -459,12 +478,12 @@ static void test_pub_killed_shm(void **state) {
   wait_lines(f, "sub.out", 20, sub, 20000);
   assert_int_equal(fx_kill(f, p1, SIGKILL), 128 + SIGKILL);
   th_sleep_ms(200);
-  assert_true(kid_alive(sub));
+  fx_assert_alive(f, sub, "sub");
 
   pid_t p2 = fx_spawn(f, "p2", "pub", "/faults/pubkill", "--address", f->addr, "--message",
                       "second", "--count", "50", NULL);
   assert_int_equal(fx_wait(f, p2, 30000), 0); /* exits once the subscriber released all 50 */
-  assert_true(kid_alive(sub));
+  fx_assert_alive(f, sub, "sub");
   assert_int_equal(fx_kill(f, sub, SIGTERM), 0);
 
   char p[256];
@@ -498,7 +517,7 @@ static void test_pub_killed_tcp(void **state) {
   wait_lines(f, "sub.out", 3, sub, 20000);
   assert_int_equal(fx_kill(f, p1, SIGKILL), 128 + SIGKILL);
   th_sleep_ms(200);
-  assert_true(kid_alive(sub));
+  fx_assert_alive(f, sub, "sub");
   pid_t p2 = fx_spawn(f, "p2", "pub", "/faults/pubkill_tcp", "--address", f->addr, "--message",
                       "second", "--count", "20", "--force-tcp", NULL);
   assert_int_equal(fx_wait(f, p2, 30000), 0);
@@ -805,7 +824,7 @@ static void test_pub_stopped(void **state) {
   ez_graph g = {0};
   assert_int_equal(ez_graph_dag(f->addr, &g, TMO), 0);
   ez_graph_free(&g);
-  assert_true(kid_alive(sub));
+  fx_assert_alive(f, sub, "sub");
 
   assert_int_equal(fx_kill(f, p1, SIGKILL), 128 + SIGKILL);
   pid_t p2 = fx_spawn(f, "p2", "pub", "/faults/frozen", "--address", f->addr, "--message", "second",
