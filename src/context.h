@@ -148,7 +148,8 @@ void ezi_chan_leave(chan_sub *cs, bool release_viewed);
 /* localchan.c, publisher side (pub->mu held, or pull_mu for a ring channel). ezi_lchan_put: the
  * publisher wrote message msg_id (len payload bytes at data, in seg: a ring channel's members
  * hold a reference each) into its slot; true if any member holds it now. Members waiting for a
- * signal get one, except self. ezi_lchan_slot_free:
+ * signal get one: self (whose lock the caller holds: a receiver, or the I/O thread looking at a
+ * subscriber) in place, others of a receiver's pull through the I/O thread. ezi_lchan_slot_free:
  * true (with the time of the last release) once no member holds slot idx. ezi_lchan_set_wants:
  * announces what the publisher is about to sleep for (0, slot + 1 or EZI_LWANT_ANY). */
 /* ezi_lchan_attach: makes every subscriber of local channel c a member, from message next_id on

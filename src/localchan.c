@@ -120,11 +120,16 @@ bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, ui
   bool delegate = false;
   for (size_t i = 0; i < n; i++) {
     ez_sub *s = c->lsubs[i]->sub;
-    if (s == self || !__atomic_load_n(&s->want_signal, SEQ)) continue;
-    if (self) /* a receiver pulls, holding its own subscriber's lock: it must not take another's */
+    if (!__atomic_load_n(&s->want_signal, SEQ)) continue;
+    if (s == self) { /* its lock is held: signal it in place. The puller need not be its
+                      * receiving thread (the I/O thread looks too, when a channel leaves). */
+      __atomic_store_n(&s->want_signal, 0, __ATOMIC_RELAXED);
+      ezi_sub_signal_ready(s);
+    } else if (self) { /* a receiver pulls, holding its own subscriber's lock: not another's */
       delegate = true;
-    else
+    } else {
       ezi_lchan_signal(s);
+    }
   }
   if (delegate) ezi_lchan_resignal(c->ctx);
   return n != 0;

@@ -558,8 +558,11 @@ static void ring_put(ez_pub *p, pub_chan *pc, uint64_t id, uint64_t now) {
   pc->t0[idx] = now;
   pc->held++;
   p->in_flight++;
-  bool wake = __atomic_load_n(&pc->ring.h->rx_sleep, __ATOMIC_SEQ_CST);
-  if (wake) __atomic_store_n(&pc->ring.h->rx_sleep, 0, __ATOMIC_RELAXED);
+  /* One exchange, not a load and a store: a receiver that arms rx_sleep again between the two
+   * would have its announcement overwritten and sleep through the next messages. The load is a
+   * plain one first, so that a receiver that is awake costs no write to the shared line. */
+  bool wake = __atomic_load_n(&pc->ring.h->rx_sleep, __ATOMIC_SEQ_CST) &&
+              __atomic_exchange_n(&pc->ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST);
   if (wake || pc->ring_gen != p->seg_gen) {
     pc->ring_gen = p->seg_gen;
     put_named(p, pc, EZI_TX_SHM, id, p->seg->shm.name);
