@@ -99,6 +99,11 @@ for round in $(seq 1 "$ROUNDS"); do
     # The window: ZeroMQ keeps up to 2 x 1000 messages in flight (its high-water marks); ours
     # keeps num_buffers (32 by default). The same 64 B case with 1024 buffers:
     record "win/ours/$tr/64" "$round" "$EZ" perf -c fanout -T "$tr" -s 64 -b 1024 "${PA[@]}" --copy
+    # Over TCP, ezmsg-c peers keep a window of their own (src/pubwin.c): the protocol's, for once.
+    if [ "$tr" = tcp ]; then
+      record "nowin/ours/tcp/64" "$round" env EZMSG_TCP_WINDOW=0 "$EZ" perf -c fanout -T tcp \
+        -s 64 "${PA[@]}" --copy
+    fi
     # Polling before sleeping turned off (EZMSG_SPIN_US=0), next to the default of the same round.
     pair "$round" "spin0/thr/$tr/64" env EZMSG_SPIN_US=0 "$EZ" perf -c fanout -T "$tr" -s 64 \
       "${PA[@]}" --copy -- "spin0/pp/$tr/64" env EZMSG_SPIN_US=0 "$EZ" perf -c pingpong -T "$tr" \
@@ -300,6 +305,18 @@ for tr in ZT:
     w("| %s | %s | %s | %s | %s | %s / %s |" % (tr, fmt(med(k32, "msgs_per_s")), cell(kw, "msgs_per_s"),
       fmt(med(kz, "msgs_per_s")), ratio(med(kw, "msgs_per_s"), med(kz, "msgs_per_s")),
       fmt(med(kw, "lat_p50_us")), fmt(med(kw, "lat_p99_us"))))
+w("")
+
+w("Over TCP, two ezmsg-c processes negotiate a window of their own, larger than num_buffers "
+  "(`EZMSG_TCP_WINDOW`, default 1024 messages within 8 MiB; docs/architecture.md): the first table "
+  "runs with it. The same 64 B runs with `EZMSG_TCP_WINDOW=0` (the protocol's window of "
+  "num_buffers, as with Python peers):")
+w("")
+w("| transport | ours, TCP window | ours, num_buffers window | window/none | ZeroMQ |")
+w("|---|---|---|---|---|")
+k, kn, kz = "thr/ours/tcp/64", "nowin/ours/tcp/64", "thr/zmq/tcp/64"
+w("| tcp | %s | %s | %s | %s |" % (fmt(med(k, "msgs_per_s")), cell(kn, "msgs_per_s"),
+  ratio(med(k, "msgs_per_s"), med(kn, "msgs_per_s")), fmt(med(kz, "msgs_per_s"))))
 w("")
 
 # ---- ping-pong

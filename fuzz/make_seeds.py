@@ -20,6 +20,7 @@ TX_SHM, TX_TCP, RX_ACK, SHM_CREATE, SHM_ATTACH, SHUTDOWN, CHANNEL, SHM_OK, SHM_F
 PROFILE, PROFILE_DATA = 21, 22
 
 X_HELLO, X_RING = 0xE5, 0xE6  # ezmsg-c's ring extension (src/wire.h)
+X_WIN_ASK, X_WIN = 0xE7, 0xE8  # ezmsg-c's TCP window extension (src/wire.h)
 HANDMADE = {"gsparse", "regframe", "txframe"}  # corpora whose seeds were written by hand: kept as they are
 UUID1 = b"6f1c2f0e-8a4b-11ee-b9d1-0242ac120002"
 UUID2 = b"7a0d1b2c-8a4b-11ee-b9d1-0242ac120002"
@@ -175,6 +176,12 @@ def main():
     write("channel", "shm_unknown", u8(2) + u8(TX_SHM) + u64(0) + s("psm_fzunknown"))
     write("channel", "x_ring_unknown", u8(2) + u8(X_RING) + u64(0) + s("psm_fzring"))
     write("channel", "x_ring_bad_name", u8(2) + u8(X_RING) + u64(0) + s("../fzring"))
+    xwin = u8(X_WIN) + u64(0) + u64(16) + u64(8 << 20)
+    write("channel", "x_win_four", u8(0) + xwin + frames)
+    write("channel", "x_win_hold", u8(0x40) + xwin + frames + frames.replace(u64(0), u64(16), 1))
+    write("channel", "x_win_huge", u8(0) + u8(X_WIN) + u64(0) + u64(1 << 40) + u64(1 << 62) + frames)
+    write("channel", "x_win_late", u8(0x40) + frames + xwin)
+    write("channel", "x_win_budget", u8(0x40) + u8(X_WIN) + u64(0) + u64(16) + u64(100) + frames)
     write("channel", "bad_nbuf", u8(6 << 2) + frames)
     write("channel", "bad_cmd", u8(0) + u8(RX_ACK) + u64(0))
     write("channel", "raw_pickle", u8(0) + u8(TX_TCP) + u64(0) +
@@ -191,6 +198,10 @@ def main():
           u8(RX_ACK) + u64(0))
     write("pubacks", "ring_hello_held", u8(1 << 2 | 0x10) + hs + u8(SHM_OK) + u64(1) + SEP +
           u8(X_HELLO) + SEP + u8(RX_ACK) + u64(0) + SEP + u8(RX_ACK) + u64(1))
+    write("pubacks", "win_ask", u8(0x20 | 1) + hs + u8(SHM_FAILED) + u64(1) + u8(X_WIN_ASK) + SEP +
+          SEP + u8(RX_ACK) + u64(1) + u8(RX_ACK) + u64(0) + SEP + u8(RX_ACK) + u64(2))
+    write("pubacks", "win_ask_held", u8(1 << 2 | 0x20 | 0x10) + hs + u8(SHM_FAILED) + u64(1) + SEP +
+          u8(X_WIN_ASK) + SEP + u8(RX_ACK) + u64(0) + SEP + u8(RX_ACK) + u64(7))
     write("pubacks", "no_ack", u8(0x10) + hs + u8(SHM_OK) + u64(1) + SEP + SEP + SEP)
     write("pubacks", "bad_uuid", u8(0) + u8(CHANNEL) + s("not-a-uuid"))
     write("pubacks", "bad_cmd", u8(0) + u8(PUBLISH) + s(UUID1))

@@ -1,7 +1,9 @@
 /* A channel's link to a publisher in another process: the handshake (CHANNEL, shm name, SHM_OK or
  * SHM_ATTACH_FAILED and pid, COMPLETE and num_buffers), then TX_SHM / TX_TCP frames in and RX_ACKs
- * out. Everything here runs on the I/O thread and never waits for the publisher: two processes
- * that subscribe to each other at the same moment must not wait on each other's I/O threads. */
+ * out (and ezmsg-c's extensions: X_HELLO / X_RING for a notice ring, X_WIN_ASK / X_WIN for a
+ * larger TCP window). Everything here runs on the I/O thread and never waits for the publisher: two
+ * processes that subscribe to each other at the same moment must not wait on each other's I/O
+ * threads. */
 #include "channel.h"
 #include "txframe.h"
 
@@ -58,6 +60,10 @@ static long data_frame(chan *c, uint64_t now) {
     EZI_DEBUG("channel %s: notices from publisher %s come through shared memory now", c->id,
               c->pub_id);
     return (long)f.used;
+  }
+  if (cmd == EZI_X_WIN) { /* an ezmsg-c publisher answers our X_WIN_ASK */
+    int rc = ezi_chan_win_start(c, msg_id, f.win_msgs, f.win_bytes);
+    return rc ? rc : (long)f.used;
   }
   if (c->ring_on) { /* a TX_SHM wakes us up, or names the segment of a message in the ring */
     if (cmd != EZI_TX_SHM || c->ring_bad) return EZ_EPROTO;
@@ -150,9 +156,14 @@ static long handshake(chan *c) {
   c->hs_timer = 0;
   long used = (long)r.pos;
   if (ezi_chan_link_done(c, 0)) return GONE;
-  if (c->seg && c->ctx->ring_ok) { /* ask an ezmsg-c publisher for a ring; others ignore it */
+  /* Ask an ezmsg-c publisher for a ring, and for a TCP window; others ignore these bytes. */
+  if (c->seg && c->ctx->ring_ok) {
     uint8_t hello = EZI_X_HELLO;
     ezi_outbox_put(c->ctx, &c->acks, &hello, 1);
+  }
+  if (c->ctx->tcp_window) {
+    uint8_t ask = EZI_X_WIN_ASK;
+    ezi_outbox_put(c->ctx, &c->acks, &ask, 1);
   }
   return used;
 }

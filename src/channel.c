@@ -16,13 +16,25 @@ const char *ezi_chan_pub_id(const chan *c) { return c->pub_id; }
 
 bool ezi_chan_failed(const chan *c) { return c->state == CH_FAILED; }
 
-bool ezi_chan_msg_owned(chan_sub *cs, uint64_t msg_id) {
+/* ezi_sub_take_if's test (c->mu held, then the subscriber's): not a message this channel owns. */
+static bool not_owned(chan_sub *cs, uint64_t msg_id, void *arg) {
+  chan *c = arg;
+  (void)cs;
+  const slot *sl = c->slots && c->nslot ? &c->slots[msg_id % c->nslot] : NULL;
+  return !(sl && sl->live && sl->msg_id == msg_id && sl->owned);
+}
+
+void ezi_chan_drop_unowned(chan_sub *cs) {
   chan *c = cs->ch;
-  pthread_mutex_lock(&c->mu);
-  const slot *sl = c->slots && c->nbuf ? &c->slots[msg_id % c->nbuf] : NULL;
-  bool owned = sl && sl->live && sl->msg_id == msg_id && sl->owned;
-  pthread_mutex_unlock(&c->mu);
-  return owned;
+  uint64_t ids[64];
+  size_t n;
+  do { /* in place, under both locks: a receiver never sees the queue reordered */
+    pthread_mutex_lock(&c->mu);
+    n = ezi_sub_take_if(cs->sub, cs, not_owned, c, ids, sizeof ids / sizeof ids[0]);
+    pthread_mutex_unlock(&c->mu);
+    for (size_t i = 0; i < n; i++)
+      ezi_chan_release(cs, ids[i]);
+  } while (n == sizeof ids / sizeof ids[0]);
 }
 
 ez_sub *ezi_chan_sub_owner(const chan_sub *cs) { return cs->sub; }
@@ -60,10 +72,17 @@ void ezi_chan_ack(chan *c, uint64_t msg_id) {
 
 int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
                      ezi_seg *seg, uint64_t now) {
-  slot *s = &c->slots[msg_id % c->nbuf];
+  slot *s = &c->slots[msg_id % c->nslot];
   if (s->live) { /* the publisher broke backpressure: refuse, keep what subscribers hold */
     EZI_WARN("channel %s: publisher reused the slot of message %llu before it was released", c->id,
              (unsigned long long)s->msg_id);
+    free(owned);
+    return -1;
+  }
+  uint64_t bytes = owned ? um->size : 0;
+  if (c->win_on && c->live_n >= c->nbuf && c->live_bytes + bytes > c->win_bytes) {
+    EZI_WARN("channel %s: publisher sent message %llu beyond its window's byte budget", c->id,
+             (unsigned long long)msg_id);
     free(owned);
     return -1;
   }
@@ -92,7 +111,7 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
     chan_sub *cs = c->subs[i];
     if (cs->gone) continue;
     if (!ezi_sub_push(cs->sub, cs, msg_id, c->remote)) continue; /* it does not hold it */
-    cs->t0[msg_id % c->nbuf] = now;
+    cs->t0[msg_id % c->nslot] = now;
     cs->in_flight++;
     s->refs++;
   }
@@ -100,13 +119,50 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
     slot_clear(s);
     return 0;
   }
+  s->bytes = bytes;
+  c->live_n++;
+  c->live_bytes += bytes;
   return 1;
+}
+
+int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes) {
+  if (c->ls || c->win_on || msgs < c->nbuf || msgs > EZI_WIN_MAX_MSGS || bytes > EZI_WIN_MAX_BYTES)
+    return EZ_EPROTO;
+  slot *ns = calloc((size_t)msgs, sizeof *ns);
+  uint64_t **t0s = calloc(c->n_subs + 1, sizeof *t0s);
+  int rc = ns && t0s ? 0 : EZ_ENOMEM;
+  for (size_t i = 0; !rc && i < c->n_subs; i++)
+    if (!(t0s[i] = calloc((size_t)msgs, sizeof **t0s))) rc = EZ_ENOMEM;
+  pthread_mutex_lock(&c->mu);
+  if (!rc && c->live_n) rc = EZ_EPROTO; /* it did not wait until we held nothing */
+  if (!rc) { /* subscribers join on this thread only: c->subs is the list t0s was made for */
+    free(c->slots);
+    c->slots = ns;
+    ns = NULL;
+    for (size_t i = 0; i < c->n_subs; i++) {
+      free(c->subs[i]->t0);
+      c->subs[i]->t0 = t0s[i];
+      t0s[i] = NULL;
+    }
+    c->nslot = (uint32_t)msgs;
+    c->win_bytes = bytes;
+    c->win_on = true;
+  }
+  pthread_mutex_unlock(&c->mu);
+  for (size_t i = 0; t0s && i < c->n_subs; i++)
+    free(t0s[i]);
+  free(t0s);
+  free(ns);
+  if (!rc)
+    EZI_DEBUG("channel %s: up to %llu messages from publisher %s in flight from %llu on", c->id,
+              (unsigned long long)msgs, c->pub_id, (unsigned long long)start_id);
+  return rc;
 }
 
 int ezi_chan_view(chan_sub *cs, uint64_t msg_id, ez_msg *m) {
   chan *c = cs->ch;
   pthread_mutex_lock(&c->mu);
-  slot *s = &c->slots[msg_id % c->nbuf];
+  slot *s = &c->slots[msg_id % c->nslot];
   int rc = s->live && s->msg_id == msg_id ? 0 : EZ_ENOENT;
   if (!rc) {
     m->data = s->um.payload;
@@ -143,16 +199,18 @@ void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
     ezi_lchan_release(cs, msg_id);
     return;
   }
-  uint32_t idx = (uint32_t)(msg_id % c->nbuf);
   uint64_t now = ezi_now_ns();
   bool free_cs = false;
   pthread_mutex_lock(&c->mu);
+  uint32_t idx = (uint32_t)(msg_id % c->nslot);
   slot *s = &c->slots[idx];
   if (cs->t0[idx] && s->live && s->msg_id == msg_id) {
     ezi_window_add(&cs->proc, now, now - cs->t0[idx]);
     cs->t0[idx] = 0;
     cs->in_flight--;
     if (--s->refs == 0) {
+      c->live_n--;
+      c->live_bytes -= s->bytes;
       slot_clear(s);
       /* Under c->mu: once it is unlocked, a leave on another thread may free cs and with it
        * the last reference to c. (The outbox only takes its own lock.) */
@@ -186,6 +244,7 @@ json_t *ezi_chan_profile(chan *c, double window_s) {
     in_flight += n;
   }
   const char *mode = c->mode;
+  uint32_t window = c->win_on ? c->nslot : 0;
   pthread_mutex_unlock(&c->mu);
   json_object_set_new(j, "type", json_string("channel"));
   json_object_set_new(j, "channel_id", json_string(c->id));
@@ -195,6 +254,8 @@ json_t *ezi_chan_profile(chan *c, double window_s) {
   json_object_set_new(j, "mode", json_string(mode));
   /* Beyond the reference: notices from an ezmsg-c publisher come through a shared ring */
   json_object_set_new(j, "shm_ring", json_boolean(c->ring_on));
+  /* ... and TCP messages beyond num_buffers may be in flight (0: the protocol's window) */
+  json_object_set_new(j, "tcp_window", json_integer(window));
   json_object_set_new(j, "window_s", json_real(window_s));
   json_object_set_new(j, "in_flight", json_integer((json_int_t)in_flight));
   json_object_set_new(j, "subscribers", subs);
@@ -249,7 +310,7 @@ int ezi_chan_link_done(chan *c, int rc) {
   if (!rc && c->local_pub)
     c->ls = ezi_lchan_ring_new(c->nbuf);
   else if (!rc)
-    c->slots = calloc(c->nbuf, sizeof *c->slots);
+    c->slots = calloc(c->nslot = c->nbuf, sizeof *c->slots);
   if (!rc && !c->ls && !c->slots) rc = EZ_ENOMEM;
   for (size_t i = 0; i < n && !rc; i++)
     if (!(c->subs[i]->t0 = calloc(c->nbuf, sizeof(uint64_t)))) rc = EZ_ENOMEM;
@@ -330,7 +391,7 @@ static void chan_destroy(chan *c) {
   }
   ezi_chan_link_close(c);
   ezi_chan_graph_close(c);
-  for (uint32_t i = 0; c->slots && i < c->nbuf; i++)
+  for (uint32_t i = 0; c->slots && i < c->nslot; i++)
     slot_clear(&c->slots[i]);
   ezi_lchan_ring_free(c);
   ezi_seg_unref(c->seg);
@@ -357,7 +418,7 @@ int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **o
     fresh = true;
   }
   chan_sub *cs = calloc(1, sizeof *cs);
-  if (cs && c->state == CH_READY) cs->t0 = calloc(c->nbuf, sizeof *cs->t0);
+  if (cs && c->state == CH_READY) cs->t0 = calloc(c->ls ? c->nbuf : c->nslot, sizeof *cs->t0);
   chan_sub **v =
       cs && (cs->t0 || c->state != CH_READY) ? realloc(c->subs, (c->n_subs + 1) * sizeof *v) : NULL;
   if (!v) {
@@ -400,10 +461,11 @@ void ezi_chan_leave(chan_sub *cs, bool release_viewed) {
     ezi_lchan_leave(cs, release_viewed);
     return;
   }
-  /* What it had queued is released now; what it is viewing, when the user releases it. */
-  ezi_sub_purge(cs->sub, cs, ezi_chan_release);
-  if (release_viewed) { /* the subscriber is being destroyed: its views end now */
-    for (uint32_t i = 0; cs->t0 && i < c->nbuf; i++) {
+  /* The subscriber stays: what it has queued is still delivered (in order, before anything a
+   * later channel to the same publisher brings), and cs goes once all is released. */
+  if (release_viewed) { /* the subscriber is being destroyed: its queue and views end now */
+    ezi_sub_purge(cs->sub, cs, ezi_chan_release);
+    for (uint32_t i = 0; cs->t0 && i < c->nslot; i++) {
       pthread_mutex_lock(&c->mu);
       uint64_t id = c->slots[i].msg_id;
       bool held = cs->t0[i] != 0;

@@ -14,6 +14,7 @@ typedef struct slot {
   uint8_t *owned; /* TX_TCP bytes */
   ezi_seg *seg;   /* the segment the bytes live in */
   ez_iov *iov;    /* raw pickles: the buffers */
+  uint64_t bytes; /* TX_TCP: the frame's size, counted against a window's budget */
 } slot;
 
 /* An entry of a local channel's ring (localchan.c): written by the publisher before it publishes
@@ -54,7 +55,13 @@ struct chan {
   pthread_cond_t cv;
   int state;     /* CH_*; changes on the I/O thread only */
   uint32_t nbuf; /* known once ready */
+  /* Notices of a remote publisher: `nslot` slots, msg_id % nslot (c->mu). nslot is nbuf, or a
+   * TCP window's size once an ezmsg-c publisher sent X_WIN (win_on), whose messages beyond nbuf
+   * may take at most win_bytes (live_n, live_bytes: what the slots hold). */
   slot *slots;
+  uint32_t nslot;
+  bool win_on;
+  uint64_t win_bytes, live_n, live_bytes;
   chan_sub **subs;
   size_t n_subs;
   int refs; /* chan_subs alive (chan->mu) */
@@ -120,6 +127,11 @@ int ezi_chan_link_done(chan *c, int rc);
  * (the publisher broke backpressure: a protocol error). */
 int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
                      ezi_seg *seg, uint64_t now);
+/* channel.c: an ezmsg-c publisher's X_WIN: from message start_id on, up to msgs TX_TCP messages
+ * may be unacknowledged, holding at most bytes beyond the first nbuf. The channel holds nothing
+ * at this point (the publisher waited). EZ_EPROTO if the window breaks the limits or something is
+ * held, EZ_ENOMEM. I/O thread. */
+int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes);
 /* The link of a ready channel failed (it is closed already): the channel is marked failed and
  * its subscribers leave it to join again; it may be gone when this returns. I/O thread. */
 void ezi_chan_link_lost(chan *c);

@@ -223,6 +223,21 @@ static bool ring_ok(void) {
   return strcmp(e, "0") != 0;
 }
 
+/* $EZMSG_TCP_WINDOW, or the default. */
+static uint32_t tcp_window(void) {
+  const char *e = getenv(EZ_TCP_WINDOW_ENV);
+  if (!e || !*e) return EZ_TCP_WINDOW_DEFAULT;
+  char *end;
+  errno = 0;
+  long v = strtol(e, &end, 10);
+  if (errno || *end || v < 0 || v > EZI_WIN_MAX_MSGS) {
+    EZI_WARN("%s=%s: not a number of messages in 0..%d; using %d", EZ_TCP_WINDOW_ENV, e,
+             EZI_WIN_MAX_MSGS, EZ_TCP_WINDOW_DEFAULT);
+    return EZ_TCP_WINDOW_DEFAULT;
+  }
+  return (uint32_t)v;
+}
+
 /* ---- open / close -------------------------------------------------------------------------- */
 
 static void *io_thread(void *arg) {
@@ -268,6 +283,7 @@ int ez_context_open(const char *address, ez_context **out) {
   if (!rc) {
     ctx->spin_ns = spin_us() * 1000u;
     ctx->ring_ok = ring_ok();
+    ctx->tcp_window = tcp_window();
     ezi_loop_set_spin(ctx->loop, ctx->spin_ns);
     ezi_loop_set_wake_hook(ctx->loop, flush_dirty, ctx);
     if (pthread_create(&ctx->thread, NULL, io_thread, ctx)) rc = EZ_ESYS;

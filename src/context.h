@@ -91,6 +91,7 @@ struct ez_context {
   ezi_outbox *dirty;
   uint64_t spin_ns;    /* how long threads poll before sleeping ($EZMSG_SPIN_US) */
   bool ring_ok;        /* shared-memory rings with other ezmsg-c processes ($EZMSG_SHM_RING) */
+  uint32_t tcp_window; /* messages in flight on a TCP link between ezmsg-c peers (0: off) */
   int resignal_posted; /* atomic: the I/O thread is asked to signal ring channels' waiters */
   char host[64];       /* this process's address as seen for profiles */
   int pid;
@@ -155,6 +156,11 @@ void ezi_chan_leave(chan_sub *cs, bool release_viewed);
 /* ezi_lchan_attach: makes every subscriber of local channel c a member, from message next_id on
  * (EZ_ENOMEM; I/O thread). */
 #define EZI_LWANT_ANY UINT32_MAX /* pub_wants: the publisher sleeps until any slot is freed */
+/* The TCP window between ezmsg-c peers (pubwin.c): the most messages a channel accepts, the byte
+ * budget a publisher proposes, and the most a channel accepts, beyond num_buffers messages. */
+#define EZI_WIN_MAX_MSGS 16384
+#define EZI_WIN_BYTES ((uint64_t)8 << 20)
+#define EZI_WIN_MAX_BYTES ((uint64_t)64 << 20)
 int ezi_lchan_attach(chan *c, uint64_t next_id);
 bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now,
                    ezi_seg *seg, ez_sub *self);
@@ -166,9 +172,10 @@ void ezi_chan_pub_gone(chan *c);
 int ezi_chan_view(chan_sub *cs, uint64_t msg_id, ez_msg *msg);
 /* Releases msg_id for cs. Any thread. */
 void ezi_chan_release(chan_sub *cs, uint64_t msg_id);
-/* True if msg_id's bytes belong to cs's channel (it came over TCP), not to the publisher's shared
- * memory. Any thread; not with the subscriber's lock held. */
-bool ezi_chan_msg_owned(chan_sub *cs, uint64_t msg_id);
+/* cs's channel lost its link: the notices cs has queued for messages in the publisher's shared
+ * memory are dropped (released), since the publisher may write those slots again; those that
+ * came whole over TCP stay queued where they are. I/O thread. */
+void ezi_chan_drop_unowned(chan_sub *cs);
 /* The subscriber cs belongs to. */
 ez_sub *ezi_chan_sub_owner(const chan_sub *cs);
 /* True if cs holds no message (none queued, none viewed). Any thread. */
@@ -187,6 +194,14 @@ bool ezi_sub_push(ez_sub *sub, chan_sub *cs, uint64_t msg_id, bool defer_wake);
 void ezi_sub_wake(ez_sub *sub);
 /* Drops every queued notice of cs, then (unlocked) passes their msg ids to fn, in order. */
 void ezi_sub_purge(ez_sub *sub, chan_sub *cs, void (*fn)(chan_sub *, uint64_t));
+/* Releases every queued notice (the subscriber is going away; the channels it still holds
+ * messages of, left already, go once those are released). I/O thread. */
+void ezi_sub_purge_all(ez_sub *sub);
+/* Removes up to cap queued notices of cs for which drop(cs, msg_id, arg) says so (called under
+ * sub->mu: it may not take a lock that comes after it), into ids; the others stay where they
+ * are, in order. Returns how many were removed. */
+size_t ezi_sub_take_if(ez_sub *sub, chan_sub *cs, bool (*drop)(chan_sub *, uint64_t, void *),
+                       void *arg, uint64_t *ids, size_t cap);
 const char *ezi_sub_handle(const ez_sub *sub);
 /* A pending join finished (rc 0) or failed (then sub leaves cs). I/O thread. */
 void ezi_sub_join_done(ez_sub *sub, chan_sub *cs, int rc);

@@ -304,11 +304,12 @@ static bool slot_busy(ez_pub *p, uint32_t idx) {
   return p->leases[idx] | local_held(p, idx) | rings_held(p, idx);
 }
 
-/* A channel asked for a ring but still holds messages sent the old way: new messages wait until
- * it has released them, so that none is notified both ways (p->mu held). */
+/* A channel asked for a ring or a TCP window but still holds messages sent the old way: new
+ * messages wait until it has released them, so that none is notified both ways and a window
+ * starts empty (p->mu held). */
 static bool ring_switch_waits(ez_pub *p) {
   for (size_t i = 0; i < p->n_chans; i++)
-    if (p->chans[i]->ring_wanted && p->chans[i]->held) return true;
+    if ((p->chans[i]->ring_wanted || p->chans[i]->win_wanted) && p->chans[i]->held) return true;
   return false;
 }
 
@@ -341,6 +342,7 @@ void ezi_pub_check_sync(ez_pub *p) {
   set_wants(p); /* before looking: a release from now on wakes us */
   for (uint32_t i = 0; i < p->nbuf; i++)
     if (slot_busy(p, i)) return;
+  if (ezi_win_busy(p)) return;
   p->sync_pending = false;
   set_wants(p);
   uint8_t c = EZI_COMPLETE;
@@ -352,13 +354,18 @@ void ezi_pub_free_locked(ez_pub *p, pub_chan *pc, uint64_t msg_id, uint64_t now)
     ezi_pub_ring_wake(p);
     return;
   }
+  if (pc->win_on) {
+    ezi_win_ack(p, pc, msg_id, now);
+    return;
+  }
   uint32_t idx = (uint32_t)(msg_id % p->nbuf);
   uint64_t *t0 = &pc->t0[idx];
   if (!*t0 || p->slot_msg[idx] != msg_id) return; /* stale or duplicate ack */
   ezi_window_add(&p->tel_bp, now, now - *t0);
   *t0 = 0;
   p->in_flight--;
-  if (--pc->held == 0 && pc->ring_wanted && p->waiters) pthread_cond_broadcast(&p->cv);
+  if (--pc->held == 0 && (pc->ring_wanted || pc->win_wanted) && p->waiters)
+    pthread_cond_broadcast(&p->cv);
   if (--p->leases[idx] == 0) {
     if (p->retired) release_retired(p);
     /* Wake the publisher only for the slot it waits for (or when it waits for everything). */
@@ -430,22 +437,27 @@ static bool poll_slot(ez_pub *p, uint32_t idx) {
 
 /* Waits (p->mu held) until the next slot is free and the publisher runs. The deadline is read
  * from the clock only when there is something to wait for (*deadline 0: not yet). */
-static int wait_slot(ez_pub *p, int timeout_ms, uint64_t *deadline) {
+static int wait_slot(ez_pub *p, uint64_t bytes, int timeout_ms, uint64_t *deadline) {
   uint32_t idx = (uint32_t)(p->next_id % p->nbuf);
   bool polled = false;
-  while (!p->closing && (!p->running || slot_busy(p, idx) || ring_switch_waits(p))) {
+  while (!p->closing &&
+         (!p->running || slot_busy(p, idx) || ring_switch_waits(p) || ezi_win_full(p, bytes))) {
     if (!*deadline) *deadline = ezi_deadline(timeout_ms);
     if (!polled && p->running) {
       polled = true;
       if (poll_slot(p, idx)) continue;
     }
     p->waiters++;
-    p->want = p->running && !ring_switch_waits(p) ? (int64_t)idx : -1;
+    bool win = p->running && ezi_win_full(p, bytes);
+    p->win_blocked = win; /* an ack that makes room wakes us */
+    p->win_need = bytes;
+    p->want = p->running && !ring_switch_waits(p) && !win ? (int64_t)idx : -1;
     set_wants(p);
     int rc = 0;
-    if (!p->running || slot_busy(p, idx) || ring_switch_waits(p)) /* releasers know now */
+    if (!p->running || slot_busy(p, idx) || ring_switch_waits(p) || win) /* releasers know now */
       rc = ezi_cond_wait(&p->cv, &p->mu, *deadline);
     p->waiters--;
+    p->win_blocked = false;
     set_wants(p);
     if (rc) return rc;
   }
@@ -585,8 +597,14 @@ static void send_slot(ez_pub *p, size_t len) {
   for (size_t i = 0; i < p->n_chans; i++) {
     pub_chan *pc = p->chans[i];
     if (pc->state != PC_READY) continue;
-    bool shm = p->shm_real && pc->shm_ok && !p->opts.force_tcp;
+    bool shm = p->shm_real && pc->shm_ok && !p->opts.force_tcp && !pc->win_on;
     if (pc->ring_wanted) ring_start(p, pc, shm);
+    if (pc->win_wanted && !pc->ring_wanted) { /* a window is for TCP only */
+      if (shm || pc->ring_on)
+        pc->win_wanted = false;
+      else
+        ezi_win_start(p, pc);
+    }
     if (pc->ring_on) { /* a ring channel stays on it: its slots are counted there, not in leases */
       ring_put(p, pc, id, now);
       continue;
@@ -609,6 +627,10 @@ static void send_slot(ez_pub *p, size_t len) {
     pthread_mutex_unlock(&pc->out.mu);
     if (kick) ezi_outbox_kick(p->ctx, &pc->out);
     if (dead) continue;
+    if (pc->win_on) { /* it holds an entry of its window, not the slot */
+      ezi_win_sent(p, pc, id, total, now);
+      continue;
+    }
     pc->t0[idx] = now;
     p->leases[idx]++;
     pc->held++;
@@ -625,11 +647,11 @@ static int take_slot(ez_pub *p, size_t len, int timeout_ms) {
   if (p->loaned) return EZ_EINVAL;
   uint64_t deadline = 0;
   pthread_mutex_lock(&p->mu);
-  int rc = wait_slot(p, timeout_ms, &deadline);
+  uint64_t bytes = (uint64_t)len + EZI_MARSHAL_BYTES_HDR;
+  int rc = wait_slot(p, bytes, timeout_ms, &deadline);
   /* Python's reader wants the message strictly smaller than the data block. */
-  if (!rc && (uint64_t)len + EZI_MARSHAL_BYTES_HDR >= ezi_seg_room(p->seg))
-    rc = grow(p, (uint64_t)len + EZI_MARSHAL_BYTES_HDR + 1);
-  if (!rc) rc = wait_slot(p, timeout_ms, &deadline); /* grow dropped the lock */
+  if (!rc && bytes >= ezi_seg_room(p->seg)) rc = grow(p, bytes + 1);
+  if (!rc) rc = wait_slot(p, bytes, timeout_ms, &deadline); /* grow dropped the lock */
   if (rc) pthread_mutex_unlock(&p->mu);
   return rc;
 }

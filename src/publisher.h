@@ -25,6 +25,15 @@ struct pub_chan {
   uint32_t ring_gen; /* the segment generation it was last told about */
   ezi_ring ring;
   char ring_name[EZI_SHM_NAME_MAX + 1];
+  /* The TCP window with an ezmsg-c channel that asked for one (pubwin.c; pub->mu): its TX_TCP
+   * messages hold no slot; up to win_max are unacknowledged, entry msg_id % win_max each. */
+  bool win_wanted; /* X_WIN_ASK came: switch once it holds nothing, if it is on TCP */
+  bool win_on;
+  uint32_t win_max, win_n; /* the window's size; messages unacknowledged */
+  uint64_t win_bytes;      /* their bytes (frames' bodies) */
+  uint64_t *win_t0;        /* per entry: when it was sent (0: free) */
+  uint64_t *win_id;        /* per entry: its message id */
+  uint64_t *win_len;       /* per entry: its bytes */
 };
 
 struct ez_pub {
@@ -70,6 +79,8 @@ struct ez_pub {
   uint32_t since_probe;
   ezi_window tel_msgs, tel_bp;
   uint64_t total_msgs, total_bytes, in_flight;
+  bool win_blocked;  /* the publisher sleeps for a TCP window (pubwin.c) */
+  uint64_t win_need; /* ... with a message of this many bytes */
 };
 
 /* pubserve.c */
@@ -84,5 +95,20 @@ void ezi_pub_check_sync(ez_pub *pub);
 void ezi_pub_ring_wake(ez_pub *pub);
 /* Channel pc closes: its ring's slots are freed and the ring unmapped. pub->mu held. */
 void ezi_pub_ring_close(ez_pub *pub, pub_chan *pc, uint64_t now);
+
+/* pubwin.c, the TCP window with an ezmsg-c channel (pub->mu held for all).
+ * ezi_win_start: channel pc asked for a window, holds nothing and gets TX_TCP: from the next
+ * message on, announced by X_WIN, its messages count in the window instead of leasing slots.
+ * Stays as it was if it cannot (no memory, a window no larger than num_buffers, a dead link).
+ * ezi_win_full: the next message, of `bytes` bytes on the wire, must wait for some channel's
+ * window. ezi_win_sent: message id, of `bytes` bytes, went to pc at `now`. ezi_win_ack: pc's
+ * RX_ACK for id (a stale or unknown id is ignored). ezi_win_busy: some window has messages
+ * unacknowledged. ezi_win_close: pc closes; what it had unacknowledged counts as freed. */
+void ezi_win_start(ez_pub *pub, pub_chan *pc);
+bool ezi_win_full(const ez_pub *pub, uint64_t bytes);
+void ezi_win_sent(ez_pub *pub, pub_chan *pc, uint64_t id, uint64_t bytes, uint64_t now);
+void ezi_win_ack(ez_pub *pub, pub_chan *pc, uint64_t id, uint64_t now);
+bool ezi_win_busy(const ez_pub *pub);
+void ezi_win_close(ez_pub *pub, pub_chan *pc, uint64_t now);
 
 #endif

@@ -85,6 +85,7 @@ static void chan_close(pub_chan *pc) {
     }
   }
   ezi_pub_ring_close(p, pc, now);
+  ezi_win_close(p, pc, now);
   for (uint32_t i = 0; i < p->nbuf; i++) /* a channel that leaves frees what it held */
     if (pc->t0[i]) ezi_pub_free_locked(p, pc, p->slot_msg[i], now);
   pthread_mutex_unlock(&p->mu);
@@ -172,6 +173,9 @@ static void on_chan(ezi_watch *w, uint32_t ev) {
         pos += 9;
       } else if (avail - pos >= 1 && h[pos] == EZI_X_HELLO) { /* an ezmsg-c channel */
         pc->ring_wanted = p->ctx->ring_ok && !pc->ring_on && pc->shm_ok;
+        pos += 1;
+      } else if (avail - pos >= 1 && h[pos] == EZI_X_WIN_ASK) { /* the same, on TCP */
+        pc->win_wanted = p->ctx->tcp_window > p->nbuf && !pc->win_on;
         pos += 1;
       } else {
         break;

@@ -252,21 +252,13 @@ void ezi_sub_join_done(ez_sub *s, chan_sub *cs, int rc) {
   if (!process(s)) lost(s);
 }
 
-/* ezi_sub_purge's callback for a cut channel: queues again what the channel owns (in order),
- * releases the rest. */
-static void requeue_owned(chan_sub *cs, uint64_t msg_id) {
-  if (ezi_chan_msg_owned(cs, msg_id) && ezi_sub_push(ezi_chan_sub_owner(cs), cs, msg_id, false))
-    return;
-  ezi_chan_release(cs, msg_id);
-}
-
 void ezi_sub_chan_lost(ez_sub *s, chan_sub *cs) {
   pub_link *l = find_link(s, cs);
   /* Queued messages in the publisher's shared memory are dropped (their slots may be overwritten
    * now); those that came whole over TCP stay queued. What the user views or still has queued
    * stays valid until released, or until the subscriber goes (ez_sub_destroy ends views), so a
    * membership that holds messages is kept until then. */
-  ezi_sub_purge(s, cs, requeue_owned);
+  ezi_chan_drop_unowned(cs);
   chan_sub **v = l && !ezi_chan_sub_idle(cs) ? realloc(l->dead, (l->n_dead + 1) * sizeof *v) : NULL;
   if (v) {
     l->dead = v;
@@ -283,4 +275,5 @@ void ezi_sub_links_close(ez_sub *s) {
   s->retry_timer = 0;
   while (s->n_links)
     remove_link_at(s, s->n_links - 1, true);
+  ezi_sub_purge_all(s); /* what channels left earlier (by an UPDATE) had queued */
 }

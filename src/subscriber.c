@@ -86,6 +86,39 @@ static void maybe_empty(ez_sub *s) {
   if (!s->n && !ezi_lchan_ready(s)) now_empty(s);
 }
 
+void ezi_sub_purge_all(ez_sub *s) {
+  note batch[64];
+  size_t n;
+  do {
+    pthread_mutex_lock(&s->mu);
+    n = s->n < 64 ? s->n : 64;
+    for (size_t i = 0; i < n; i++)
+      batch[i] = s->q[(s->head + i) % s->cap];
+    if (n) s->head = (s->head + n) % s->cap;
+    s->n -= n;
+    pthread_mutex_unlock(&s->mu);
+    for (size_t i = 0; i < n; i++)
+      ezi_chan_release(batch[i].cs, batch[i].msg_id);
+  } while (n);
+}
+
+size_t ezi_sub_take_if(ez_sub *s, chan_sub *cs, bool (*drop)(chan_sub *, uint64_t, void *),
+                       void *arg, uint64_t *ids, size_t cap) {
+  size_t nid = 0, kept = 0;
+  pthread_mutex_lock(&s->mu);
+  for (size_t i = 0; i < s->n; i++) { /* compacted in place: what stays keeps its order */
+    note x = s->q[(s->head + i) % s->cap];
+    if (x.cs == cs && nid < cap && drop(cs, x.msg_id, arg))
+      ids[nid++] = x.msg_id;
+    else
+      s->q[(s->head + kept++) % s->cap] = x;
+  }
+  s->n = kept;
+  if (!s->n) maybe_empty(s);
+  pthread_mutex_unlock(&s->mu);
+  return nid;
+}
+
 void ezi_sub_purge(ez_sub *s, chan_sub *cs, void (*fn)(chan_sub *, uint64_t)) {
   /* In batches through a stack buffer: nothing to allocate, so nothing is ever dropped unreleased
    * (fn runs unlocked: it takes the channel's lock, which comes before ours). Only the notices

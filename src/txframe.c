@@ -1,5 +1,6 @@
 /* TX_SHM: cmd, u64 msg_id, str shm_name. TX_TCP: cmd, u64 msg_id, u64 size, size bytes. X_RING
- * (ezmsg-c's extension): as TX_SHM, with the ring's name. */
+ * (ezmsg-c's extension): as TX_SHM, with the ring's name. X_WIN (ezmsg-c's too): cmd, u64 first
+ * msg_id, u64 window, u64 byte budget. */
 #include "txframe.h"
 #include "shm.h"
 #include "wire.h"
@@ -12,6 +13,8 @@ int ezi_tx_parse(const uint8_t *p, size_t len, ezi_tx_frame *f) {
     if (f->cmd == EZI_TX_SHM || f->cmd == EZI_X_RING) {
       ezi_rd_str(&r, &f->name, &f->name_len);
       if (r.err) return EZ_EPROTO; /* not a name we could ever attach */
+    } else if (f->cmd == EZI_X_WIN) {
+      if (ezi_rd_u64(&r, &f->win_msgs)) ezi_rd_u64(&r, &f->win_bytes);
     } else if (f->cmd == EZI_TX_TCP) {
       if (ezi_rd_u64(&r, &f->size)) {
         if (f->size > EZI_MAX_TCP_MSG) return EZ_EMSGSIZE;

@@ -10,14 +10,15 @@
 #define EZI_TX_HDR_ROOM 4096                /* input room for frame headers */
 
 typedef struct ezi_tx_frame {
-  uint8_t cmd; /* EZI_TX_SHM, EZI_TX_TCP or EZI_X_RING */
+  uint8_t cmd; /* EZI_TX_SHM, EZI_TX_TCP, EZI_X_RING or EZI_X_WIN */
   uint64_t msg_id;
   const char *name; /* TX_SHM: the segment name, X_RING: the ring's (a view, not NUL-terminated) */
   size_t name_len;
   const uint8_t *body; /* TX_TCP: the marshalled message, `size` bytes (a view) */
   uint64_t size;
-  size_t used; /* bytes the frame takes (complete) */
-  size_t need; /* bytes needed in all (short) */
+  uint64_t win_msgs, win_bytes; /* X_WIN: the window in messages, and its byte budget */
+  size_t used;                  /* bytes the frame takes (complete) */
+  size_t need;                  /* bytes needed in all (short) */
 } ezi_tx_frame;
 
 /* Parses one frame from p[0, len): 1 complete, 0 more bytes needed (f->need), EZ_EPROTO for an

@@ -38,9 +38,13 @@ enum ezi_cmd {
   /* ezmsg-c's extension between a channel and a publisher that are both ezmsg-c (shmring.h); the
    * reference ignores unknown bytes from a channel, and a publisher sends X_RING only after
    * X_HELLO. X_HELLO: the channel's one byte, "I can read a notice ring". X_RING: as TX_SHM, with
-   * the first message id the ring carries and the ring's name. */
+   * the first message id the ring carries and the ring's name. X_WIN_ASK: the channel's one
+   * byte, "I can hold more TX_TCP messages than num_buffers". X_WIN: the publisher's answer, u64
+   * first message id, u64 window (messages), u64 byte budget (pubwin.c). */
   EZI_X_HELLO = 0xe5,
   EZI_X_RING = 0xe6,
+  EZI_X_WIN_ASK = 0xe7,
+  EZI_X_WIN = 0xe8,
 };
 /* Name of a command byte for log lines ("?" if unknown). */
 const char *ezi_cmd_name(unsigned cmd);

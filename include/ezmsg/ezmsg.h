@@ -39,6 +39,12 @@ extern "C" {
 /* "0" turns off the shared-memory notice ring between ezmsg-c processes (they then use the
  * protocol's TX_SHM / RX_ACK over TCP, as with Python peers). See ez_context_open. */
 #define EZ_SHM_RING_ENV "EZMSG_SHM_RING"
+/* How many messages a publisher may have unacknowledged on a TCP link to an ezmsg-c channel
+ * (0..16384, default 1024; 0: num_buffers, as with Python peers). Once num_buffers messages
+ * are in flight on a link, another goes only while they all take at most 8 MiB. See
+ * ez_context_open. */
+#define EZ_TCP_WINDOW_ENV "EZMSG_TCP_WINDOW"
+#define EZ_TCP_WINDOW_DEFAULT 1024
 #define EZ_MAX_CONTROL_STR (1u << 20) /* longest string accepted on a control link */
 #define EZ_DEFAULT_TIMEOUT_MS 5000    /* default for one-shot graph requests */
 
@@ -204,7 +210,9 @@ typedef struct ez_context ez_context;
  *
  * Between two ezmsg-c processes on one machine, notices and releases go through a ring in shared
  * memory instead of TX_SHM / RX_ACK frames, negotiated per channel (Python peers never see it);
- * $EZMSG_SHM_RING=0 turns that off for this context's channels and publishers. */
+ * $EZMSG_SHM_RING=0 turns that off for this context's channels and publishers. Over TCP between
+ * two ezmsg-c processes, a publisher may have up to $EZMSG_TCP_WINDOW messages unacknowledged per
+ * channel instead of num_buffers (default 1024, within 8 MiB beyond num_buffers; 0: off). */
 int ez_context_open(const char *address, ez_context **out);
 
 /* The graph server address in use. Owned by the context. */

@@ -1,0 +1,545 @@
+/* The TCP window between ezmsg-c peers (src/pubwin.c, ezi_chan_win_start): a real publisher
+ * against a channel played by hand (the window's size, the rule that an entry still taken holds
+ * the next message back, the byte budget, acks out of order), a real channel against a publisher
+ * played by hand (what it accepts, and that it drops a publisher breaking the rules), and a real
+ * publisher process streaming to a subscriber here with and without the window. */
+#include "harness.h"
+#include "marshal.h"
+#include "rawproto.h"
+#include "wire.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define TMO 30000
+
+static char g_addr[64];
+static pid_t g_server;
+
+static int setup(void **state) {
+  (void)state;
+  return th_server_up(g_addr, &g_server);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  return th_server_down(&g_server);
+}
+
+/* A context whose TCP window setting is `window` ($EZMSG_TCP_WINDOW is read when it opens). */
+static ez_context *open_ctx(const char *window) {
+  if (window) setenv(EZ_TCP_WINDOW_ENV, window, 1);
+  ez_context *ctx = NULL;
+  assert_int_equal(ez_context_open(g_addr, &ctx), 0);
+  unsetenv(EZ_TCP_WINDOW_ENV);
+  return ctx;
+}
+
+/* ---- a real publisher, a channel played by hand --------------------------------------------- */
+
+/* Connects to the publisher's channel server as a channel that cannot attach its segment (so it
+ * gets TX_TCP), and checks the handshake; returns the connection. */
+static int fake_chan(uint16_t port, uint64_t nbuf) {
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
+  int fd = rp_open(addr);
+  rp_wr_cmd(fd, EZI_CHANNEL, "11111111-2222-3333-4444-555555555555", NULL);
+  char name[128];
+  rp_rd_str(fd, name, sizeof name);
+  uint8_t b[9] = {EZI_SHM_ATTACH_FAILED};
+  rp_put_u64le(b + 1, (uint64_t)getpid());
+  rp_wr(fd, b, 9);
+  rp_expect_u8(fd, EZI_COMPLETE);
+  assert_int_equal(rp_rd_u64(fd), nbuf);
+  return fd;
+}
+
+/* Reads a TX_TCP frame and checks it carries message id with `len` payload bytes. */
+static void expect_tcp(int fd, uint64_t id, size_t len) {
+  rp_expect_u8(fd, EZI_TX_TCP);
+  assert_int_equal(rp_rd_u64(fd), id);
+  uint64_t size = rp_rd_u64(fd);
+  assert_int_equal(size, EZI_MARSHAL_BYTES_HDR + len);
+  uint8_t *body = malloc((size_t)size);
+  assert_non_null(body);
+  assert_int_equal(rp_rd_exact(fd, body, (size_t)size, RP_TMO), 0);
+  ezi_unmarshalled um;
+  assert_int_equal(ezi_unmarshal(body, (size_t)size, &um), 0);
+  assert_int_equal(um.msg_id, id);
+  assert_int_equal(um.payload_len, len);
+  free(body);
+}
+
+static void ack(int fd, uint64_t id) {
+  uint8_t b[9] = {EZI_RX_ACK};
+  rp_put_u64le(b + 1, id);
+  rp_wr(fd, b, 9);
+}
+
+static ez_pub *make_pub(ez_context *ctx, const char *topic, uint32_t nbuf, size_t buf_size,
+                        uint16_t *port) {
+  ez_pub_opts o;
+  ez_pub_opts_init(&o);
+  o.num_buffers = nbuf;
+  o.buf_size = buf_size;
+  for (int attempt = 0; attempt < 20; attempt++) {
+    o.port = (uint16_t)th_free_port(); /* may be taken meanwhile by someone else: then retry */
+    ez_pub *p = NULL;
+    int rc = ez_pub_create(ctx, topic, &o, &p);
+    if (rc == 0) {
+      *port = o.port;
+      return p;
+    }
+    assert_int_equal(rc, EZ_EADDR);
+  }
+  fail_msg("no free port for the publisher");
+  return NULL;
+}
+
+/* The channel asks for a window; publishes (acking what still goes the old way) until X_WIN
+ * comes, checks it and the message after it. Returns the window's first message id. */
+static uint64_t switch_to_window(int fd, ez_pub *p, const void *msg, size_t len, uint64_t window) {
+  rp_wr_u8(fd, EZI_X_WIN_ASK);
+  for (uint64_t id = 0; id < 1000; id++) {
+    assert_int_equal(ez_publish(p, msg, len, TMO), 0);
+    uint8_t cmd = rp_rd_u8(fd);
+    if (cmd == EZI_X_WIN) {
+      uint64_t start = rp_rd_u64(fd);
+      assert_int_equal(start, id);
+      assert_int_equal(rp_rd_u64(fd), window);
+      assert_int_equal(rp_rd_u64(fd), (uint64_t)8 << 20);
+      expect_tcp(fd, id, len);
+      return start;
+    }
+    /* the ask was not read yet: this one leases its slot, as the protocol says */
+    assert_int_equal(cmd, EZI_TX_TCP);
+    assert_int_equal(rp_rd_u64(fd), id);
+    uint64_t size = rp_rd_u64(fd);
+    uint8_t body[256];
+    assert_true(size <= sizeof body);
+    assert_int_equal(rp_rd_exact(fd, body, (size_t)size, RP_TMO), 0);
+    ack(fd, id);
+  }
+  fail_msg("no X_WIN after 1000 messages");
+  return 0;
+}
+
+/* The publisher's in_flight, from this process's profile. */
+static long long pub_in_flight(ez_context *ctx) {
+  ez_profile_data pd;
+  char *json = NULL;
+  assert_int_equal(ez_context_profile(ctx, 1.0, &json), 0);
+  assert_int_equal(ez_profile_parse(json, &pd), 0);
+  free(json);
+  assert_int_equal(pd.n_publishers, 1);
+  long long n = (long long)pd.publishers[0].backpressure.in_flight;
+  ez_profile_data_free(&pd);
+  return n;
+}
+
+/* A window of 16 with 4 buffers: 16 messages go out unacknowledged; the 17th waits for the entry
+ * of the first (an ack of another one does not free it), and goes once that is acked. */
+static void test_publisher_window(void **state) {
+  (void)state;
+  ez_context *ctx = open_ctx("16");
+  uint16_t port;
+  ez_pub *p = make_pub(ctx, "/win/pub", 4, 256, &port);
+  int fd = fake_chan(port, 4);
+  const char msg[] = "windowed";
+  uint64_t s = switch_to_window(fd, p, msg, sizeof msg, 16);
+  for (uint64_t id = s + 1; id < s + 16; id++) { /* 15 more, none acked: beyond 4 buffers */
+    assert_int_equal(ez_publish(p, msg, sizeof msg, TMO), 0);
+    expect_tcp(fd, id, sizeof msg);
+  }
+  assert_int_equal(pub_in_flight(ctx), 16);
+  assert_int_equal(ez_publish(p, msg, sizeof msg, 200), EZ_ETIMEDOUT); /* its entry is s's */
+  ack(fd, s + 5);
+  assert_int_equal(ez_publish(p, msg, sizeof msg, 200), EZ_ETIMEDOUT);
+  ack(fd, s);
+  ack(fd, s); /* a duplicate is ignored */
+  assert_int_equal(ez_publish(p, msg, sizeof msg, TMO), 0);
+  expect_tcp(fd, s + 16, sizeof msg);
+  assert_int_equal(pub_in_flight(ctx), 15);
+  for (uint64_t id = s + 1; id <= s + 16; id++)
+    if (id != s + 5) ack(fd, id);
+  assert_int_equal(ez_pub_flush(p, TMO), 0);
+  assert_int_equal(pub_in_flight(ctx), 0);
+  close(fd);
+  ez_pub_destroy(p);
+  ez_context_close(ctx);
+}
+
+/* Beyond num_buffers messages, at most 8 MiB are in flight: with 1 MiB messages and 4 buffers,
+ * seven go out unacknowledged and the eighth waits; a channel that closes frees them all. */
+static void test_publisher_byte_budget(void **state) {
+  (void)state;
+  ez_context *ctx = open_ctx("16");
+  uint16_t port;
+  const size_t big = (size_t)1 << 20;
+  ez_pub *p = make_pub(ctx, "/win/bytes", 4, 2 * big, &port);
+  int fd = fake_chan(port, 4);
+  uint8_t *msg = calloc(1, big);
+  assert_non_null(msg);
+  const char small[] = "s";
+  uint64_t s = switch_to_window(fd, p, small, sizeof small, 16);
+  for (uint64_t id = s + 1; id < s + 8; id++) {
+    assert_int_equal(ez_publish(p, msg, big, TMO), 0);
+    expect_tcp(fd, id, big);
+  }
+  assert_int_equal(ez_publish(p, msg, big, 200), EZ_ETIMEDOUT);
+  ack(fd, s);
+  assert_int_equal(ez_publish(p, msg, big, 200), EZ_ETIMEDOUT); /* a small one made no room */
+  ack(fd, s + 1);
+  assert_int_equal(ez_publish(p, msg, big, TMO), 0);
+  expect_tcp(fd, s + 8, big);
+  close(fd); /* the channel leaves with 7 messages unacknowledged: they are free again */
+  assert_int_equal(ez_pub_flush(p, TMO), 0);
+  assert_int_equal(pub_in_flight(ctx), 0);
+  free(msg);
+  ez_pub_destroy(p);
+  ez_context_close(ctx);
+}
+
+/* With the window off on the publisher's side, an ask changes nothing: 4 buffers, 4 messages. */
+static void test_publisher_window_off(void **state) {
+  (void)state;
+  ez_context *ctx = open_ctx("0");
+  uint16_t port;
+  ez_pub *p = make_pub(ctx, "/win/off", 4, 256, &port);
+  int fd = fake_chan(port, 4);
+  rp_wr_u8(fd, EZI_X_WIN_ASK);
+  const char msg[] = "plain";
+  for (uint64_t id = 0; id < 4; id++) {
+    assert_int_equal(ez_publish(p, msg, sizeof msg, TMO), 0);
+    expect_tcp(fd, id, sizeof msg);
+  }
+  assert_int_equal(ez_publish(p, msg, sizeof msg, 200), EZ_ETIMEDOUT);
+  ack(fd, 0);
+  assert_int_equal(ez_publish(p, msg, sizeof msg, TMO), 0);
+  expect_tcp(fd, 4, sizeof msg);
+  close(fd);
+  ez_pub_destroy(p);
+  ez_context_close(ctx);
+}
+
+/* ---- a real channel, a publisher played by hand -------------------------------------------- */
+
+typedef struct fake {
+  int graph, listener, data;
+  char id[37];
+} fake;
+
+/* Plays an ezmsg-c publisher of 4 slots whose segment the channel cannot attach (an empty name),
+ * for subscriber topic `topic` in this process; the channel asks for a window. */
+static void fake_pub_start(fake *f, const char *topic) {
+  f->listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(f->listener, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(f->listener, 4), 0);
+  socklen_t alen = sizeof a;
+  getsockname(f->listener, (struct sockaddr *)&a, &alen);
+  char my_addr[64];
+  snprintf(my_addr, sizeof my_addr, "127.0.0.1:%u", ntohs(a.sin_port));
+  f->graph = rp_fake_pub_begin(g_addr, topic, my_addr, f->id);
+  f->data = accept4(f->listener, NULL, NULL, SOCK_CLOEXEC);
+  assert_true(f->data >= 0);
+  rp_expect_u8(f->data, EZI_CHANNEL);
+  char chan_id[64];
+  rp_rd_str(f->data, chan_id, sizeof chan_id);
+  rp_wr_str(f->data, "");
+  rp_expect_u8(f->data, EZI_SHM_ATTACH_FAILED);
+  assert_int_equal(rp_rd_u64(f->data), (uint64_t)getpid());
+  uint8_t done[9] = {EZI_COMPLETE};
+  rp_put_u64le(done + 1, 4);
+  rp_wr(f->data, done, 9);
+  rp_expect_u8(f->data, EZI_X_WIN_ASK); /* no X_HELLO: no segment, no ring */
+  rp_expect_u8(f->graph, EZI_COMPLETE);
+}
+
+static void fake_win(fake *f, uint64_t start, uint64_t msgs, uint64_t bytes) {
+  uint8_t b[25] = {EZI_X_WIN};
+  rp_put_u64le(b + 1, start);
+  rp_put_u64le(b + 9, msgs);
+  rp_put_u64le(b + 17, bytes);
+  rp_wr(f->data, b, sizeof b);
+}
+
+/* Sends message id as TX_TCP with `len` payload bytes, all 'a' + id % 26. */
+static void fake_send(fake *f, uint64_t id, size_t len) {
+  size_t size = EZI_MARSHAL_BYTES_HDR + len;
+  uint8_t *b = malloc(17 + size);
+  assert_non_null(b);
+  b[0] = EZI_TX_TCP;
+  rp_put_u64le(b + 1, id);
+  rp_put_u64le(b + 9, size);
+  ezi_marshal_bytes_header(b + 17, id, len);
+  memset(b + 17 + EZI_MARSHAL_BYTES_HDR, 'a' + (int)(id % 26), len);
+  rp_wr(f->data, b, 17 + size);
+  free(b);
+}
+
+static void fake_end(fake *f) {
+  close(f->data);
+  close(f->graph);
+  close(f->listener);
+}
+
+/* True once the channel hangs up on us (anything it sends first is skipped). */
+static bool hung_up(int fd) {
+  int64_t end = th_now_ms() + TMO;
+  uint8_t b[64];
+  while (th_now_ms() < end) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 100) == 1 && recv(fd, b, sizeof b, 0) <= 0) return true;
+  }
+  return false;
+}
+
+static void expect_msg(ez_sub *s, ez_msg *m, uint64_t id, size_t len) {
+  assert_int_equal(ez_recv(s, m, TMO), 0);
+  assert_int_equal(m->msg_id, id);
+  assert_int_equal(m->len, len);
+  for (size_t i = 0; i < len; i++)
+    if (((const uint8_t *)m->data)[i] != 'a' + id % 26)
+      fail_msg("message %llu: byte %zu", (unsigned long long)id, i);
+}
+
+/* The channel's tcp_window in this process's profile (-1: none). */
+static long long chan_window(ez_context *ctx) {
+  char *json = NULL;
+  assert_int_equal(ez_context_profile(ctx, 1.0, &json), 0);
+  const char *p = strstr(json, "\"tcp_window\":");
+  long long v = p ? strtoll(p + 13, NULL, 10) : -1;
+  free(json);
+  return v;
+}
+
+/* A window of 16 on 4 buffers: 16 messages held by the subscriber at once arrive intact; each
+ * release acks its own. */
+static void test_channel_window(void **state) {
+  (void)state;
+  ez_context *ctx = open_ctx(NULL);
+  ez_sub *s = NULL;
+  assert_int_equal(ez_sub_create(ctx, "/win/chan", NULL, &s), 0);
+  fake f;
+  fake_pub_start(&f, "/win/chan");
+  fake_win(&f, 0, 16, 8 << 20);
+  for (uint64_t id = 0; id < 16; id++)
+    fake_send(&f, id, 100);
+  ez_msg m[16];
+  for (uint64_t id = 0; id < 16; id++)
+    expect_msg(s, &m[id], id, 100);
+  assert_int_equal(chan_window(ctx), 16);
+  for (uint64_t id = 16; id-- > 0;) { /* released out of order: acked so */
+    ez_msg_release(&m[id]);
+    rp_expect_u8(f.data, EZI_RX_ACK);
+    assert_int_equal(rp_rd_u64(f.data), id);
+  }
+  fake_send(&f, 16, 5); /* entry 0 again */
+  expect_msg(s, &m[0], 16, 5);
+  ez_msg_release(&m[0]);
+  fake_end(&f);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
+/* Each way of breaking the window's rules drops the link, and nothing false is delivered:
+ * 0: a window larger than a channel accepts; 1: X_WIN while a message is held; 2: a 17th message
+ * in a window of 16 (its entry is taken); 3: beyond the byte budget after num_buffers messages;
+ * 4: a window smaller than num_buffers. */
+static void window_violation(int kind) {
+  ez_context *ctx = open_ctx(NULL);
+  ez_sub *s = NULL;
+  assert_int_equal(ez_sub_create(ctx, "/win/bad", NULL, &s), 0);
+  fake f;
+  fake_pub_start(&f, "/win/bad");
+  ez_msg m[17];
+  size_t held = 0;
+  switch (kind) {
+  case 0: fake_win(&f, 0, 1u << 20, 8 << 20); break;
+  case 1:
+    fake_send(&f, 0, 10);
+    expect_msg(s, &m[held], 0, 10);
+    held++;
+    fake_win(&f, 1, 16, 8 << 20);
+    break;
+  case 2:
+    fake_win(&f, 0, 16, 8 << 20);
+    for (uint64_t id = 0; id < 16; id++) {
+      fake_send(&f, id, 10);
+      expect_msg(s, &m[held], id, 10);
+      held++;
+    }
+    fake_send(&f, 16, 10);
+    break;
+  case 3:
+    /* once 4 (num_buffers) are held, all held may take 5 messages' bytes: the 6th is over */
+    fake_win(&f, 0, 16, 5 * (64 + EZI_MARSHAL_BYTES_HDR) + 10);
+    for (uint64_t id = 0; id < 5; id++) {
+      fake_send(&f, id, 64);
+      expect_msg(s, &m[held], id, 64);
+      held++;
+    }
+    fake_send(&f, 5, 64);
+    break;
+  default: fake_win(&f, 0, 2, 8 << 20); break;
+  }
+  assert_true(hung_up(f.data));
+  ez_msg extra;
+  assert_int_equal(ez_recv(s, &extra, 300), EZ_ETIMEDOUT);
+  for (size_t i = 0; i < held; i++) /* what was delivered stays readable until released */
+    ez_msg_release(&m[i]);
+  fake_end(&f);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
+static void test_channel_too_large(void **state) {
+  (void)state;
+  window_violation(0);
+}
+
+static void test_channel_held(void **state) {
+  (void)state;
+  window_violation(1);
+}
+
+static void test_channel_overrun(void **state) {
+  (void)state;
+  window_violation(2);
+}
+
+static void test_channel_over_budget(void **state) {
+  (void)state;
+  window_violation(3);
+}
+
+static void test_channel_too_small(void **state) {
+  (void)state;
+  window_violation(4);
+}
+
+/* The channel's in_flight in this process's profile (-1: no channel). */
+static long long chan_in_flight(ez_context *ctx) {
+  ez_profile_data pd;
+  char *json = NULL;
+  assert_int_equal(ez_context_profile(ctx, 1.0, &json), 0);
+  assert_int_equal(ez_profile_parse(json, &pd), 0);
+  free(json);
+  long long n = pd.n_channels ? (long long)pd.channels[0].in_flight : -1;
+  ez_profile_data_free(&pd);
+  return n;
+}
+
+/* 200 messages arrive whole over TCP and wait in the subscriber's queue; then the publisher's
+ * link breaks and it leaves the graph. With `receive`, all 200 are still delivered, in order,
+ * and nothing after; without, destroying the subscriber frees them (checked by the sanitizers'
+ * leak check). */
+static void queue_outlives_link(bool receive) {
+  ez_context *ctx = open_ctx(NULL);
+  ez_sub *s = NULL;
+  assert_int_equal(ez_sub_create(ctx, "/win/lost", NULL, &s), 0);
+  fake f;
+  fake_pub_start(&f, "/win/lost");
+  fake_win(&f, 0, 256, 8 << 20);
+  for (uint64_t id = 0; id < 200; id++)
+    fake_send(&f, id, 50);
+  int64_t end = th_now_ms() + TMO;
+  while (chan_in_flight(ctx) != 200 && th_now_ms() < end)
+    th_sleep_ms(5);
+  assert_int_equal(chan_in_flight(ctx), 200);
+  fake_end(&f); /* the link breaks, and the publisher leaves the graph (an UPDATE follows) */
+  th_sleep_ms(300);
+  if (receive) {
+    for (uint64_t id = 0; id < 200; id++) {
+      ez_msg m;
+      expect_msg(s, &m, id, 50);
+      ez_msg_release(&m);
+    }
+    ez_msg m;
+    assert_int_equal(ez_recv(s, &m, 300), EZ_ETIMEDOUT);
+  }
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
+static void test_queue_outlives_link(void **state) {
+  (void)state;
+  queue_outlives_link(true);
+}
+
+static void test_destroy_with_queue_of_lost_link(void **state) {
+  (void)state;
+  queue_outlives_link(false);
+}
+
+/* ---- real processes ------------------------------------------------------------------------ */
+
+/* `ezmsg pub --force-tcp --num-buffers 4` in a child process -> a subscriber here: everything
+ * arrives once, in order, intact, with the window (this side asks) or without (it does not). */
+static void stream_from_child(const char *window, long long want) {
+  ez_context *ctx = open_ctx(window);
+  ez_sub *s = NULL;
+  assert_int_equal(ez_sub_create(ctx, "/win/stream", NULL, &s), 0);
+  const uint64_t n = 20000;
+  pid_t pub = th_spawn_cli(-1, "pub", "/win/stream", "--address", g_addr, "--size", "64", "--count",
+                           "20000", "--num-buffers", "4", "--force-tcp", NULL);
+  assert_true(pub > 0);
+  uint64_t next = UINT64_MAX, got = 0;
+  long long win = -2;
+  while (next != n) {
+    ez_msg m;
+    int rc = ez_recv(s, &m, TMO);
+    if (rc) fail_msg("after %llu messages: %s", (unsigned long long)got, ez_strerror(rc));
+    uint64_t k = 0;
+    memcpy(&k, m.data, 8);
+    bool ok = m.len == 64 && (next == UINT64_MAX || k == next);
+    for (size_t i = 8; ok && i < 64; i++)
+      ok = ((const uint8_t *)m.data)[i] == (uint8_t)i;
+    ez_msg_release(&m);
+    if (!ok)
+      fail_msg("message %llu: expected number %llu", (unsigned long long)k,
+               (unsigned long long)next);
+    next = k + 1;
+    if (++got == 100) win = chan_window(ctx);
+  }
+  assert_int_equal(th_wait_exit(pub, TMO), 0);
+  assert_int_equal(win, want);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
+static void test_stream_with_window(void **state) {
+  (void)state;
+  stream_from_child(NULL, EZ_TCP_WINDOW_DEFAULT);
+}
+
+static void test_stream_without_window(void **state) {
+  (void)state;
+  stream_from_child("0", 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_publisher_window, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_publisher_byte_budget, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_publisher_window_off, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_channel_window, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_channel_too_large, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_channel_held, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_channel_overrun, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_channel_over_budget, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_channel_too_small, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_queue_outlives_link, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_destroy_with_queue_of_lost_link, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stream_with_window, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stream_without_window, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
