@@ -449,15 +449,18 @@ static int wait_slot(ez_pub *p, uint64_t bytes, int timeout_ms, uint64_t *deadli
     }
     p->waiters++;
     bool win = p->running && ezi_win_full(p, bytes);
-    p->win_blocked = win; /* an ack that makes room wakes us */
-    p->win_need = bytes;
+    if (win) { /* an ack that makes room wakes us */
+      p->win_waiters++;
+      p->win_need = bytes;
+      p->win_kicked = false;
+    }
     p->want = p->running && !ring_switch_waits(p) && !win ? (int64_t)idx : -1;
     set_wants(p);
     int rc = 0;
     if (!p->running || slot_busy(p, idx) || ring_switch_waits(p) || win) /* releasers know now */
       rc = ezi_cond_wait(&p->cv, &p->mu, *deadline);
     p->waiters--;
-    p->win_blocked = false;
+    if (win) p->win_waiters--;
     set_wants(p);
     if (rc) return rc;
   }

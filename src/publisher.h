@@ -79,8 +79,9 @@ struct ez_pub {
   uint32_t since_probe;
   ezi_window tel_msgs, tel_bp;
   uint64_t total_msgs, total_bytes, in_flight;
-  bool win_blocked;  /* the publisher sleeps for a TCP window (pubwin.c) */
-  uint64_t win_need; /* ... with a message of this many bytes */
+  int win_waiters;   /* publishing threads asleep for a TCP window (pubwin.c) */
+  uint64_t win_need; /* the last one's message size */
+  bool win_kicked;   /* they were woken since the last one went to sleep */
 };
 
 /* pubserve.c */

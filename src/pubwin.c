@@ -82,8 +82,8 @@ static void entry_free(ez_pub *p, pub_chan *pc, uint32_t k, uint64_t now) {
 /* After entries were freed: wakes a publisher whose message may go now, or a flush or SYNC that
  * waits for everything. */
 static void wake(ez_pub *p) {
-  if (p->win_blocked && !ezi_win_full(p, p->win_need)) {
-    p->win_blocked = false;
+  if (p->win_waiters && !p->win_kicked && !ezi_win_full(p, p->win_need)) {
+    p->win_kicked = true; /* once per sleep, not per ack of a batch */
     pthread_cond_broadcast(&p->cv);
   } else if (!p->in_flight && p->waiters) {
     pthread_cond_broadcast(&p->cv);
