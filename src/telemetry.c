@@ -21,25 +21,6 @@ _Static_assert(EZI_WINDOW_BUCKETS *EZI_WINDOW_BUCKET_NS >=
                    10000000000ull + EZI_WINDOW_BUCKET_NS / 2,
                "the ring must cover the longest window plus the half bucket of slack");
 
-/* x >= T[j] (x normalised so its top bit is set) <=> x / 2^63 >= 2^(j/4); rounded up, so the
- * comparison is exact for integers. */
-#define EZI_T1 0x9837f0518db8a970ull
-#define EZI_T2 0xb504f333f9de6485ull
-#define EZI_T3 0xd744fccad69d6af5ull
-
-_Static_assert(EZI_WINDOW_SUBBINS == 4, "bin_of() is written for 4 bins per power of two");
-
-/* The histogram bin of a value: 0 for 0, else 1 + 4*floor(log2 v) + floor(4*frac(log2 v)),
- * capped at the last bin. */
-static inline unsigned bin_of(uint64_t v) {
-  if (v == 0) return 0;
-  unsigned k = 63u - (unsigned)__builtin_clzll(v);
-  if (k >= EZI_WINDOW_OCTAVES) return EZI_WINDOW_BINS - 1;
-  uint64_t x = v << (63u - k);
-  unsigned sub = (unsigned)(x >= EZI_T1) + (unsigned)(x >= EZI_T2) + (unsigned)(x >= EZI_T3);
-  return 1u + k * EZI_WINDOW_SUBBINS + sub;
-}
-
 /* The value reported for a bin: the geometric midpoint of its range, 2^(k + (sub + 1/2) / 4). */
 static double bin_value(unsigned bin) {
   static const double mid[EZI_WINDOW_SUBBINS] = {1.0905077326652577, 1.2968395546510096,
@@ -50,35 +31,6 @@ static double bin_value(unsigned bin) {
 }
 
 void ezi_window_init(ezi_window *w) { memset(w, 0, sizeof *w); }
-
-/* The bucket for time now_ns, emptied first if it held an older span; NULL if now_ns is older
- * than the ring. */
-static inline ezi_window_bucket *bucket_at(ezi_window *w, uint64_t now_ns) {
-  uint64_t epoch = now_ns / EZI_WINDOW_BUCKET_NS;
-  ezi_window_bucket *b = &w->buckets[epoch % EZI_WINDOW_BUCKETS];
-  if (EZI_UNLIKELY(b->epoch != epoch)) {
-    if (b->epoch > epoch) return NULL; /* older than the ring: its slot holds newer data */
-    memset(b, 0, sizeof *b);           /* a stale bucket (any age): reuse it */
-    b->epoch = epoch;
-  }
-  return b;
-}
-
-void ezi_window_count(ezi_window *w, uint64_t now_ns, uint64_t value) {
-  ezi_window_bucket *b = bucket_at(w, now_ns);
-  if (!b) return;
-  b->count++;
-  if (__builtin_add_overflow(b->sum, value, &b->sum)) b->sum = UINT64_MAX;
-}
-
-void ezi_window_add(ezi_window *w, uint64_t now_ns, uint64_t value) {
-  ezi_window_bucket *b = bucket_at(w, now_ns);
-  if (!b) return;
-  b->count++;
-  if (__builtin_add_overflow(b->sum, value, &b->sum)) b->sum = UINT64_MAX;
-  if (value > b->max) b->max = value;
-  b->hist[bin_of(value)]++;
-}
 
 /* The estimate for the rank-th smallest value (1-based) of a merged histogram. */
 static double percentile(const uint64_t *hist, uint64_t rank, uint64_t max) {

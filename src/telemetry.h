@@ -37,6 +37,7 @@
 
 #include <jansson.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Bucket width and count: 101 buckets of 100 ms cover 10 s plus the partly filled current one. */
 #define EZI_WINDOW_BUCKET_NS 100000000ull
@@ -76,14 +77,60 @@ typedef struct ezi_window {
 /* Empties the window (equivalent to zero-filling it). */
 void ezi_window_init(ezi_window *w);
 
-/* Records one event of `value` at monotonic time now_ns. O(1): at most one bucket is reset. An
- * event older than the current bucket is still filed in its own bucket; one older than the ring
- * holds (by more than ~10 s) is dropped. Neither corrupts anything. */
-void ezi_window_add(ezi_window *w, uint64_t now_ns, uint64_t value);
+/* The recording half is inline: it runs a few times per message. */
+
+/* x >= T[j] (x normalised so its top bit is set) <=> x / 2^63 >= 2^(j/4); rounded up, so the
+ * comparison is exact for integers. */
+#define EZI_T1 0x9837f0518db8a970ull
+#define EZI_T2 0xb504f333f9de6485ull
+#define EZI_T3 0xd744fccad69d6af5ull
+
+_Static_assert(EZI_WINDOW_SUBBINS == 4, "ezi_window_bin() is written for 4 bins per power of two");
+
+/* The histogram bin of a value: 0 for 0, else 1 + 4*floor(log2 v) + floor(4*frac(log2 v)),
+ * capped at the last bin. */
+static inline unsigned ezi_window_bin(uint64_t v) {
+  if (v == 0) return 0;
+  unsigned k = 63u - (unsigned)__builtin_clzll(v);
+  if (k >= EZI_WINDOW_OCTAVES) return EZI_WINDOW_BINS - 1;
+  uint64_t x = v << (63u - k);
+  unsigned sub = (unsigned)(x >= EZI_T1) + (unsigned)(x >= EZI_T2) + (unsigned)(x >= EZI_T3);
+  return 1u + k * EZI_WINDOW_SUBBINS + sub;
+}
+
+/* The bucket for time now_ns, emptied first if it held an older span; NULL if now_ns is older
+ * than the ring. */
+static inline ezi_window_bucket *ezi_window_bucket_at(ezi_window *w, uint64_t now_ns) {
+  uint64_t epoch = now_ns / EZI_WINDOW_BUCKET_NS;
+  ezi_window_bucket *b = &w->buckets[epoch % EZI_WINDOW_BUCKETS];
+  if (__builtin_expect(b->epoch != epoch, 0)) {
+    if (b->epoch > epoch) return NULL; /* older than the ring: its slot holds newer data */
+    memset(b, 0, sizeof *b);           /* a stale bucket (any age): reuse it */
+    b->epoch = epoch;
+  }
+  return b;
+}
 
 /* As ezi_window_add for a window queried only for its count and sum (no max, no percentiles):
  * half the work, for the publisher's per-message count of messages and bytes. */
-void ezi_window_count(ezi_window *w, uint64_t now_ns, uint64_t value);
+static inline void ezi_window_count(ezi_window *w, uint64_t now_ns, uint64_t value) {
+  ezi_window_bucket *b = ezi_window_bucket_at(w, now_ns);
+  if (!b) return;
+  b->count++;
+  if (__builtin_add_overflow(b->sum, value, &b->sum)) b->sum = UINT64_MAX;
+}
+
+/* Records one event of `value` at monotonic time now_ns. O(1): at most one bucket is reset. An
+ * event older than the current bucket is still filed in its own bucket; one older than the ring
+ * holds (by more than ~10 s) is dropped. Neither corrupts anything. */
+static inline void ezi_window_add(ezi_window *w, uint64_t now_ns, uint64_t value) {
+  ezi_window_bucket *b = ezi_window_bucket_at(w, now_ns);
+  if (!b) return;
+  b->count++;
+  if (__builtin_add_overflow(b->sum, value, &b->sum)) b->sum = UINT64_MAX;
+  if (value > b->max) b->max = value;
+  b->hist[ezi_window_bin(value)]++;
+}
 
 #else /* EZ_NO_TELEMETRY */
 
