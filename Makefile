@@ -60,6 +60,7 @@ format:
 # Benchmarks: ezmsg-c vs ZeroMQ vs the machine; writes bench/RESULTS.md (bench/run.sh also builds
 # $(BUILD)-notel, the same tree with telemetry compiled out).
 bench: build
+	@scripts/deps.sh bench
 	cmake -S . -B $(BUILD) -DEZ_BENCH=ON >/dev/null
 	cmake --build $(BUILD) -j$(JOBS)
 	bash bench/run.sh $(BUILD)

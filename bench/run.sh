@@ -31,6 +31,37 @@ done
 HAVE_ZMQ=1
 [ -x "$ZMQ" ] || { HAVE_ZMQ=0; echo "bench/run.sh: no $ZMQ (libzmq missing?): ZeroMQ rows skipped" >&2; }
 
+# iceoryx: its peer needs a RouDi daemon, which we start (and stop, by pid, with SIGINT: then it
+# removes its shared memory) unless one runs already, whose memory configuration we do not know.
+IOX=$BUILD/bench/ez_bench_iox
+HAVE_IOX=0
+ROUDI_PID=
+stop_roudi() {
+  [ -n "$ROUDI_PID" ] || return 0
+  kill -INT "$ROUDI_PID" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$ROUDI_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$ROUDI_PID" 2>/dev/null || true
+  wait "$ROUDI_PID" 2>/dev/null || true
+  ROUDI_PID=
+  rm -f /tmp/ezbench-src-*.lock /tmp/ezbench-sink-*.lock # what a crashed run of ours left
+}
+trap stop_roudi EXIT
+if [ -x "$IOX" ] && command -v iox-roudi >/dev/null; then
+  if [ -e /dev/shm/iceoryx_mgmt ]; then
+    echo "bench/run.sh: a RouDi runs already: iceoryx rows skipped" >&2
+  else
+    iox-roudi -c bench/iox_roudi.toml -l fatal >"$BUILD/roudi.log" 2>&1 &
+    ROUDI_PID=$!
+    for _ in $(seq 1 50); do [ -e /dev/shm/iceoryx_mgmt ] && break; sleep 0.1; done
+    if [ -e /dev/shm/iceoryx_mgmt ]; then HAVE_IOX=1; else
+      echo "bench/run.sh: RouDi did not start (see $BUILD/roudi.log): iceoryx rows skipped" >&2
+      stop_roudi
+    fi
+  fi
+else
+  echo "bench/run.sh: no $IOX or iox-roudi (scripts/deps.sh bench): iceoryx rows skipped" >&2
+fi
+
 # The telemetry-off tree: same build type as BUILD, only the CLI.
 btype=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null || true)
 echo "bench: building $NOTEL (-DEZ_TELEMETRY=OFF, ${btype:-RelWithDebInfo})" >&2
@@ -96,6 +127,14 @@ for round in $(seq 1 "$ROUNDS"); do
     kz="" && [ $HAVE_ZMQ = 1 ] && kz="pp/zmq/$z/64"
     pair "$round" "pp/ours/$tr/64" "$EZ" perf -c pingpong -T "$tr" -s 64 "${PA[@]}" --copy \
       -- "$kz" "$ZMQ" --mode pingpong -T "$z" -s 64 "${ZA[@]}"
+    # iceoryx: zero-copy over shared memory, against ours with a loaned slot.
+    if [ "$tr" = shm ]; then
+      for size in 64 1048576; do
+        ki="" && [ $HAVE_IOX = 1 ] && ki="zc/iox/shm/$size"
+        pair "$round" "zcx/ours/shm/$size" "$EZ" perf -c fanout -T shm -s "$size" "${PA[@]}" \
+          -- "$ki" "$IOX" -s "$size" "${ZA[@]}"
+      done
+    fi
     # The window: ZeroMQ keeps up to 2 x 1000 messages in flight (its high-water marks); ours
     # keeps num_buffers (32 by default). The same 64 B case with 1024 buffers:
     record "win/ours/$tr/64" "$round" "$EZ" perf -c fanout -T "$tr" -s 64 -b 1024 "${PA[@]}" --copy
@@ -114,6 +153,7 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 record limits 99 "$LIM" --json
+stop_roudi
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 ELAPSED=$(($(date +%s) - T_START))
 
@@ -222,6 +262,9 @@ w("")
 
 # ---- goals
 def goal(name, value, target, unit, higher=True, note=""):
+    if target is None:  # reported, not judged
+        w("| %s | (report) | %s | — |" % (name, fmt(value, unit) if value is not None else "n/a"))
+        return
     if value is None:
         verdict = "no data"
     else:
@@ -236,6 +279,8 @@ goal("in-process 64 B", med("thr/ours/local/64", "msgs_per_s"), 2e6, " msgs/s")
 goal("shm 64 B", med("thr/ours/shm/64", "msgs_per_s"), 5e5, " msgs/s")
 v = med("thr/ours/shm/1048576", "mb_per_s")
 goal("shm 1 MiB, publisher writes the payload (ez_publish)", v / 1000 if v else None, 4, " GB/s")
+v, m = med("thr/ours/shm/1048576", "mb_per_s"), med("limits/memcpy/cold/1048576", "mb_per_s")
+goal("shm 1 MiB with a copy, share of memcpy from RAM (limits below)", v / m if v and m else None, 0.5, "")
 v = med("zc/ours/shm/1048576", "mb_per_s")
 goal("shm 1 MiB, zero-copy loan (header written only)", v / 1000 if v else None, 4, " GB/s")
 goal("tcp 64 B", med("thr/ours/tcp/64", "msgs_per_s"), 3e5, " msgs/s")
@@ -244,6 +289,11 @@ goal("tcp 1 MiB, publisher writes the payload", v / 1000 if v else None, 1.5, " 
 v = med("zc/ours/tcp/1048576", "mb_per_s")
 goal("tcp 1 MiB, zero-copy loan", v / 1000 if v else None, 1.5, " GB/s")
 goal("shm ping-pong round trip p50", med("pp/ours/shm/64", "lat_p50_us"), 60, " µs", higher=False)
+for tr in ZT:
+    a, b = med("pp/ours/%s/64" % tr, "lat_p50_us"), med("pp/zmq/%s/64" % ZT[tr], "lat_p50_us")
+    goal("round trip p50, ZeroMQ's / ours, %s 64 B" % tr, b / a if a and b else None, 1.0, "")
+a, b = med("zcx/ours/shm/1048576", "msgs_per_s"), med("zc/iox/shm/1048576", "msgs_per_s")
+goal("ours/iceoryx, zero-copy 1 MiB over shm", a / b if a and b else None, None, "")
 rs = []
 for size in SZ:
     for tr in ZT:
@@ -317,6 +367,24 @@ w("|---|---|---|---|---|")
 k, kn, kz = "thr/ours/tcp/64", "nowin/ours/tcp/64", "thr/zmq/tcp/64"
 w("| tcp | %s | %s | %s | %s |" % (fmt(med(k, "msgs_per_s")), cell(kn, "msgs_per_s"),
   ratio(med(k, "msgs_per_s"), med(kn, "msgs_per_s")), fmt(med(kz, "msgs_per_s"))))
+w("")
+
+# ---- iceoryx
+w("## Zero-copy over shared memory: ours and iceoryx")
+w("")
+w("Two processes; the publisher loans a buffer, writes only the 32-byte header and publishes it "
+  "(ours: `ez_pub_loan` / `ez_pub_commit`, `ezmsg perf -T shm` without `--copy`; iceoryx 2.0 "
+  "through its C binding, bench/iox_bench.c, with RouDi configured by bench/iox_roudi.toml: 64 "
+  "chunks of 1 MiB). Lossless on both sides (iceoryx: the publisher waits for the consumer, "
+  "whose queue blocks the producer); both poll.")
+w("")
+w("| size | ours msgs/s | iceoryx msgs/s | ours/iceoryx | ours p50 / p99 µs | iceoryx p50 / p99 µs |")
+w("|---|---|---|---|---|---|")
+for size in ("64", "1048576"):
+    ko, ki = "zcx/ours/shm/%s" % size, "zc/iox/shm/%s" % size
+    w("| %s | %s | %s | %s | %s / %s | %s / %s |" % (SZ[size], cell(ko, "msgs_per_s"), cell(ki, "msgs_per_s"),
+      ratio(med(ko, "msgs_per_s"), med(ki, "msgs_per_s")), fmt(med(ko, "lat_p50_us")),
+      fmt(med(ko, "lat_p99_us")), fmt(med(ki, "lat_p50_us")), fmt(med(ki, "lat_p99_us"))))
 w("")
 
 # ---- ping-pong

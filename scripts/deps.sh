@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the build, tests and benchmarks need, only if any is missing.
+# Usage: scripts/deps.sh [bench]
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libjansson-dev uuid-dev libcmocka-dev libzmq3-dev
       clang libclang-rt-14-dev iproute2 python3)
+# `deps.sh bench`: also iceoryx (its C binding and its RouDi daemon), a peer of `make bench` only.
+if [ "${1:-}" = bench ]; then pkgs+=(libiceoryx-binding-c-dev iceoryx); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
