@@ -77,11 +77,13 @@ struct ez_pub {
   ezi_seg_chain *retired;
   uint32_t spin_score; /* how often polling for a local slot paid off (0..1024) */
   uint32_t since_probe;
-  ezi_window tel_msgs, tel_bp;
   uint64_t total_msgs, total_bytes, in_flight;
   int win_waiters;   /* publishing threads asleep for a TCP window (pubwin.c) */
   uint64_t win_need; /* the last one's message size */
   bool win_kicked;   /* they were woken since the last one went to sleep */
+  /* Last: ~79 KiB each, of which an update touches two lines; the fields above, used per
+   * message, stay together. */
+  ezi_window tel_msgs, tel_bp;
 };
 
 /* pubserve.c */

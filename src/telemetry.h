@@ -71,6 +71,8 @@ typedef struct ezi_window_bucket {
 /* A sliding window: fixed size (EZI_WINDOW_BUCKETS * 800 bytes, about 79 KiB), no heap memory,
  * may be embedded in other structs. All-zero bytes is a valid empty window. */
 typedef struct ezi_window {
+  uint64_t cur_start; /* the newest bucket's span starts here (ns) ... */
+  uint32_t cur;       /* ... and this is its index: updates within it skip the arithmetic */
   ezi_window_bucket buckets[EZI_WINDOW_BUCKETS];
 } ezi_window;
 
@@ -101,12 +103,19 @@ static inline unsigned ezi_window_bin(uint64_t v) {
 /* The bucket for time now_ns, emptied first if it held an older span; NULL if now_ns is older
  * than the ring. */
 static inline ezi_window_bucket *ezi_window_bucket_at(ezi_window *w, uint64_t now_ns) {
+  if (__builtin_expect(now_ns - w->cur_start < EZI_WINDOW_BUCKET_NS, 1)) /* (unsigned: not older) */
+    return &w->buckets[w->cur];
   uint64_t epoch = now_ns / EZI_WINDOW_BUCKET_NS;
-  ezi_window_bucket *b = &w->buckets[epoch % EZI_WINDOW_BUCKETS];
-  if (__builtin_expect(b->epoch != epoch, 0)) {
+  uint32_t i = (uint32_t)(epoch % EZI_WINDOW_BUCKETS);
+  ezi_window_bucket *b = &w->buckets[i];
+  if (b->epoch != epoch) {
     if (b->epoch > epoch) return NULL; /* older than the ring: its slot holds newer data */
     memset(b, 0, sizeof *b);           /* a stale bucket (any age): reuse it */
     b->epoch = epoch;
+  }
+  if (now_ns >= w->cur_start) { /* the newest bucket now */
+    w->cur_start = epoch * EZI_WINDOW_BUCKET_NS;
+    w->cur = i;
   }
   return b;
 }

@@ -5,6 +5,7 @@
 #include "telemetry.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -402,6 +403,15 @@ static void test_older_now(void **state) {
   s = query(w, now - 60 * MS, 10.0);
   assert_int_equal(s.count, 2); /* 20 and 7 */
   assert_true(s.sum == 27 && s.max == 20);
+
+  /* After all those older events, the current bucket is still the one a new event goes to. */
+  ezi_window_add(w, now + 10 * MS, 5);
+  s = query(w, now + 10 * MS, 0.01); /* just the current bucket */
+  assert_int_equal(s.count, 3);      /* 10, 30, 5 */
+  assert_true(s.sum == 45 && s.max == 30);
+  ezi_window_add(w, now + 60 * MS, 1); /* the next bucket */
+  s = query(w, now + 60 * MS, 0.01);
+  assert_int_equal(s.count, 1);
 }
 
 /* ---- clamping, zero window, extremes -------------------------------------------------------- */
@@ -478,8 +488,10 @@ static void test_extreme_values(void **state) {
 
 static void test_constant_memory_and_speed(void **state) {
   ezi_window *w = *state;
-  /* Fixed size whatever the load: buckets x (header + histogram), nothing else. */
-  assert_int_equal(sizeof(ezi_window), EZI_WINDOW_BUCKETS * sizeof(ezi_window_bucket));
+  /* Fixed size whatever the load: buckets x (header + histogram), and which one is current. */
+  assert_int_equal(sizeof(ezi_window),
+                   offsetof(ezi_window, buckets) + EZI_WINDOW_BUCKETS * sizeof(ezi_window_bucket));
+  assert_true(offsetof(ezi_window, buckets) <= 16);
   assert_int_equal(sizeof(ezi_window_bucket), 800);
   assert_true(sizeof(ezi_window) <= 96 * 1024);
   assert_int_equal(EZI_WINDOW_BUCKET_NS * (EZI_WINDOW_BUCKETS - 1), 10 * SEC);
