@@ -66,8 +66,8 @@ static void arm_retry(ez_sub *s) {
   s->retry_timer = at ? ezi_loop_timer(s->ctx->loop, at, retry_fire, s) : 0;
 }
 
-/* A join of l's publisher failed (rc), or its channel's link was cut: schedule another. */
-static void link_failed(ez_sub *s, pub_link *l, int rc) {
+/* A join of l's publisher failed (rc), or (cut) its channel's link was cut: schedule another. */
+static void link_failed(ez_sub *s, pub_link *l, int rc, bool cut) {
   l->cs = NULL;
   l->retry_join = false;
   l->failures++;
@@ -84,7 +84,14 @@ static void link_failed(ez_sub *s, pub_link *l, int rc) {
   uint64_t ms = (uint64_t)RETRY_FIRST_MS << shift;
   if (ms > RETRY_MAX_MS) ms = RETRY_MAX_MS;
   l->retry_at = ezi_now_ns() + ms * 1000000u;
-  if (l->failures == 1 || l->failures % 30 == 0)
+  /* A publisher that exits closes its links: that first cut is routine (the join that follows
+   * finds it gone), so it is only noted. A second failure in a row, or any other first one, is
+   * worth a warning; then every 30th. */
+  bool routine = l->failures == 1 && cut;
+  if (routine)
+    EZI_INFO("subscriber %s: publisher %s closed its link; joining again in %u ms", s->topic,
+             l->pub_id, (unsigned)ms);
+  else if (l->failures <= 2 || l->failures % 30 == 0)
     EZI_WARN("subscriber %s: publisher %s: %s (%u failure%s in a row); joining again in %u ms",
              s->topic, l->pub_id, ez_strerror(rc), l->failures, l->failures == 1 ? "" : "s",
              (unsigned)ms);
@@ -114,7 +121,7 @@ static void retry_fire(void *arg) {
     bool pending;
     int rc = link_join(s, l, &pending);
     if (rc)
-      link_failed(s, l, rc);
+      link_failed(s, l, rc, false);
     else
       l->retry_join = pending;
   }
@@ -155,7 +162,7 @@ static void apply_update(ez_sub *s, const char *ids, size_t n) {
     bool pending;
     int rc = link_join(s, l, &pending);
     if (rc)
-      link_failed(s, l, rc);
+      link_failed(s, l, rc, false);
     else
       s->joins_pending += pending;
   }
@@ -237,7 +244,7 @@ void ezi_sub_join_done(ez_sub *s, chan_sub *cs, int rc) {
   if (l) l->retry_join = false;
   if (rc) {
     ezi_chan_leave(cs, false);
-    if (l) link_failed(s, l, rc);
+    if (l) link_failed(s, l, rc, false);
   } else if (l) {
     l->failures = 0;
     drop_dead(l, false, true);
@@ -266,7 +273,7 @@ void ezi_sub_chan_lost(ez_sub *s, chan_sub *cs) {
   } else {
     ezi_chan_leave(cs, false);
   }
-  if (l) link_failed(s, l, EZ_ECONNLOST);
+  if (l) link_failed(s, l, EZ_ECONNLOST, true);
 }
 
 void ezi_sub_links_close(ez_sub *s) {
