@@ -34,23 +34,7 @@
 #include <unistd.h>
 
 #include "latency.h" /* tools/ezmsg: the histogram `ezmsg perf` uses too */
-
-#define MAGIC 0x66707a65u
-#define F_MEASURE 1u
-#define F_END 2u
-
-typedef struct hdr {
-  uint32_t magic, flags;
-  uint64_t seq, t_ns;
-  uint32_t src, pad;
-} hdr;
-
-typedef struct result {
-  int rc;
-  char err[160];
-  uint64_t count, t0, t1, lost, late, corrupt, sent;
-  uint64_t hist[H_N];
-} result;
+#include "peer.h"
 
 static size_t g_size = 1048576;
 static double g_duration = 1.0, g_warmup = 0.25;
@@ -64,21 +48,6 @@ static void fail(result *r, const char *what) {
   if (r->rc) return;
   r->rc = -1;
   snprintf(r->err, sizeof r->err, "%s", what);
-}
-
-static int io_full(int fd, void *buf, size_t n, bool wr, uint64_t deadline) {
-  uint8_t *p = buf;
-  while (n) {
-    if (now_ns() >= deadline) return -1;
-    struct pollfd pfd = {fd, wr ? POLLOUT : POLLIN, 0};
-    if (poll(&pfd, 1, 200) <= 0) continue;
-    ssize_t k = wr ? write(fd, p, n) : read(fd, p, n);
-    if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (k <= 0) return -1;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 0;
 }
 
 /* The sink process: subscribes, says so, then takes chunks until END (or the deadline). */

@@ -34,24 +34,9 @@
 #include <unistd.h>
 
 #include "latency.h" /* tools/ezmsg: the histogram `ezmsg perf` uses too */
+#include "peer.h"
 
-#define MAGIC 0x66707a65u
-#define F_MEASURE 1u
-#define F_END 2u
 #define POLL_MS 200
-
-typedef struct hdr {
-  uint32_t magic, flags;
-  uint64_t seq, t_ns;
-  uint32_t src, pad;
-} hdr;
-
-typedef struct result {
-  int rc;
-  char err[200];
-  uint64_t count, t0, t1, lost, late, corrupt, sent;
-  uint64_t hist[H_N];
-} result;
 
 typedef struct opts {
   int pingpong;
@@ -229,22 +214,6 @@ static void run_sink(void *s, uint64_t t_go, result *r) {
 }
 
 /* ---- processes and threads ------------------------------------------------------------------ */
-
-static int io_full(int fd, void *buf, size_t n, bool wr, uint64_t deadline) {
-  uint8_t *p = buf;
-  while (n) {
-    uint64_t now = now_ns();
-    if (now >= deadline) return -1;
-    struct pollfd pfd = {fd, wr ? POLLOUT : POLLIN, 0};
-    if (poll(&pfd, 1, 200) <= 0) continue;
-    ssize_t k = wr ? write(fd, p, n) : read(fd, p, n);
-    if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (k <= 0) return -1;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
 
 typedef struct sink_arg {
   void *sock;

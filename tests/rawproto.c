@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -88,6 +89,28 @@ void rp_expect_str(int fd, const char *want) {
 bool rp_closed_silently(int fd, int timeout_ms) {
   uint8_t b;
   return rp_rd_exact(fd, &b, 1, timeout_ms) == -2;
+}
+
+bool rp_hung_up(int fd, int timeout_ms) {
+  int64_t end = th_now_ms() + timeout_ms;
+  uint8_t b[256];
+  while (th_now_ms() < end) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 100) == 1 && recv(fd, b, sizeof b, 0) <= 0) return true;
+  }
+  return false;
+}
+
+int rp_listen(char addr[64], int backlog) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(fd, backlog), 0);
+  socklen_t alen = sizeof a;
+  assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+  snprintf(addr, 64, "127.0.0.1:%u", ntohs(a.sin_port));
+  return fd;
 }
 
 bool rp_quiet_for(int fd, int ms) {

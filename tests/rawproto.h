@@ -33,6 +33,10 @@ void rp_expect_u8(int fd, uint8_t want);
 void rp_expect_str(int fd, const char *want);
 /* True if the peer closes (EOF or reset) within timeout_ms without sending anything. */
 bool rp_closed_silently(int fd, int timeout_ms);
+/* True once the peer closes within timeout_ms (anything it sends first is skipped). */
+bool rp_hung_up(int fd, int timeout_ms);
+/* A listening TCP socket on 127.0.0.1 with a free port (its "host:port" into addr). */
+int rp_listen(char addr[64], int backlog);
 /* True if nothing arrives (and the connection stays open) for ms. */
 bool rp_quiet_for(int fd, int ms);
 

@@ -875,14 +875,8 @@ static void fake_pub_announce(fx *f, fake_pub *fp, const char *topic, const char
 /* Registers a publisher on topic at the server, listening for channels itself. */
 static void fake_pub_register(fx *f, fake_pub *fp, const char *topic) {
   fp->data = -1;
-  fp->listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(bind(fp->listener, (struct sockaddr *)&a, sizeof a), 0);
-  assert_int_equal(listen(fp->listener, 4), 0);
-  socklen_t alen = sizeof a;
-  getsockname(fp->listener, (struct sockaddr *)&a, &alen);
   char my_addr[64];
-  snprintf(my_addr, sizeof my_addr, "127.0.0.1:%u", ntohs(a.sin_port));
+  fp->listener = rp_listen(my_addr, 4);
 
   fake_pub_announce(f, fp, topic, my_addr);
 }

@@ -173,14 +173,8 @@ static uint64_t mono_ns(void) {
  * registration, the channel handshake with a real segment, then the channel's X_HELLO, answered
  * with X_RING. */
 static void fake_start(fake *f, const char *topic) {
-  f->listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(bind(f->listener, (struct sockaddr *)&a, sizeof a), 0);
-  assert_int_equal(listen(f->listener, 4), 0);
-  socklen_t alen = sizeof a;
-  getsockname(f->listener, (struct sockaddr *)&a, &alen);
   char my_addr[64];
-  snprintf(my_addr, sizeof my_addr, "127.0.0.1:%u", ntohs(a.sin_port));
+  f->listener = rp_listen(my_addr, 4);
   f->graph = rp_fake_pub_begin(g_addr, topic, my_addr, f->id);
   f->data = accept4(f->listener, NULL, NULL, SOCK_CLOEXEC);
   assert_true(f->data >= 0);
@@ -236,17 +230,6 @@ static void fake_end(fake *f) {
   ez_shm_close(f->seg);
 }
 
-/* True once the channel hangs up on us (anything it sends first is skipped). */
-static bool hung_up(int fd) {
-  int64_t end = th_now_ms() + TMO;
-  uint8_t b[64];
-  while (th_now_ms() < end) {
-    struct pollfd p = {fd, POLLIN, 0};
-    if (poll(&p, 1, 100) == 1 && recv(fd, b, sizeof b, 0) <= 0) return true;
-  }
-  return false;
-}
-
 /* A message through a hand-made ring arrives; one whose entry names another message, or a
  * `published` beyond the ring, makes the channel drop the link, and nothing false is delivered. */
 static void ring_violation(int kind) {
@@ -273,7 +256,7 @@ static void ring_violation(int kind) {
     fake_put(&f, 1, 5, "wrong", 2); /* the entry names message 5 */
   else
     fake_put(&f, 1, 1, "far", 1000); /* 999 messages announced in a ring of 4 */
-  assert_true(hung_up(f.data));
+  assert_true(rp_hung_up(f.data, TMO));
   assert_int_equal(ez_recv(s, &m, 300), EZ_ETIMEDOUT);
   fake_end(&f);
   ez_sub_destroy(s);

@@ -8,9 +8,6 @@
 #include "rawproto.h"
 #include "wire.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,14 +235,8 @@ typedef struct fake {
 /* Plays an ezmsg-c publisher of 4 slots whose segment the channel cannot attach (an empty name),
  * for subscriber topic `topic` in this process; the channel asks for a window. */
 static void fake_pub_start(fake *f, const char *topic) {
-  f->listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(bind(f->listener, (struct sockaddr *)&a, sizeof a), 0);
-  assert_int_equal(listen(f->listener, 4), 0);
-  socklen_t alen = sizeof a;
-  getsockname(f->listener, (struct sockaddr *)&a, &alen);
   char my_addr[64];
-  snprintf(my_addr, sizeof my_addr, "127.0.0.1:%u", ntohs(a.sin_port));
+  f->listener = rp_listen(my_addr, 4);
   f->graph = rp_fake_pub_begin(g_addr, topic, my_addr, f->id);
   f->data = accept4(f->listener, NULL, NULL, SOCK_CLOEXEC);
   assert_true(f->data >= 0);
@@ -288,17 +279,6 @@ static void fake_end(fake *f) {
   close(f->data);
   close(f->graph);
   close(f->listener);
-}
-
-/* True once the channel hangs up on us (anything it sends first is skipped). */
-static bool hung_up(int fd) {
-  int64_t end = th_now_ms() + TMO;
-  uint8_t b[64];
-  while (th_now_ms() < end) {
-    struct pollfd p = {fd, POLLIN, 0};
-    if (poll(&p, 1, 100) == 1 && recv(fd, b, sizeof b, 0) <= 0) return true;
-  }
-  return false;
 }
 
 static void expect_msg(ez_sub *s, ez_msg *m, uint64_t id, size_t len) {
@@ -390,7 +370,7 @@ static void window_violation(int kind) {
     break;
   default: fake_win(&f, 0, 2, 8 << 20); break;
   }
-  assert_true(hung_up(f.data));
+  assert_true(rp_hung_up(f.data, TMO));
   ez_msg extra;
   assert_int_equal(ez_recv(s, &extra, 300), EZ_ETIMEDOUT);
   for (size_t i = 0; i < held; i++) /* what was delivered stays readable until released */
