@@ -454,7 +454,8 @@ static int wait_slot(ez_pub *p, uint64_t bytes, int timeout_ms, uint64_t *deadli
       p->win_need = bytes;
       p->win_kicked = false;
     }
-    p->want = p->running && !ring_switch_waits(p) && !win ? (int64_t)idx : -1;
+    /* (Waiting for a window only, the slot is free: no local release need wake us for it.) */
+    p->want = p->running && !ring_switch_waits(p) ? (int64_t)idx : -1;
     set_wants(p);
     int rc = 0;
     if (!p->running || slot_busy(p, idx) || ring_switch_waits(p) || win) /* releasers know now */

@@ -175,7 +175,9 @@ static void on_chan(ezi_watch *w, uint32_t ev) {
         pc->ring_wanted = p->ctx->ring_ok && !pc->ring_on && pc->shm_ok;
         pos += 1;
       } else if (avail - pos >= 1 && h[pos] == EZI_X_WIN_ASK) { /* the same, on TCP */
-        pc->win_wanted = p->ctx->tcp_window > p->nbuf && !pc->win_on;
+        /* (A channel on shared memory has the ring, or TX_SHM: no need to wait for a switch.) */
+        bool shm = p->shm_real && pc->shm_ok && !p->opts.force_tcp;
+        pc->win_wanted = p->ctx->tcp_window > p->nbuf && !pc->win_on && !shm;
         pos += 1;
       } else {
         break;

@@ -88,7 +88,7 @@ static void wake(ez_pub *p) {
   } else if (!p->in_flight && p->waiters) {
     pthread_cond_broadcast(&p->cv);
   }
-  if (!ezi_win_busy(p)) ezi_pub_check_sync(p);
+  if (p->sync_pending && !ezi_win_busy(p)) ezi_pub_check_sync(p);
 }
 
 void ezi_win_ack(ez_pub *p, pub_chan *pc, uint64_t id, uint64_t now) {
