@@ -222,18 +222,7 @@ int main(int argc, char **argv) {
       snprintf(snk.err, sizeof snk.err, "the sink did not report in time (killed)");
     }
   }
-  int status = 0;
-  uint64_t wait_until = now_ns() + 3000000000u;
-  for (;;) {
-    pid_t w = waitpid(pid, &status, WNOHANG);
-    if (w == pid || (w < 0 && errno != EINTR)) break;
-    if (now_ns() > wait_until) {
-      kill(pid, SIGKILL);
-      waitpid(pid, NULL, 0);
-      break;
-    }
-    usleep(2000);
-  }
+  reap_child(pid);
   iox_pub_deinit(pub);
   iox_runtime_shutdown();
   char lock[96]; /* the sink's runtime leaves its lock file behind: it is ours to remove */

@@ -8,6 +8,9 @@
 #include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "latency.h" /* now_ns, the histogram */
@@ -45,6 +48,21 @@ static inline int io_full(int fd, void *buf, size_t n, bool wr, uint64_t deadlin
     n -= (size_t)k;
   }
   return 0;
+}
+
+/* Reaps child pid, waiting at most 3 s for it to exit by itself, then SIGKILLs it. */
+static inline void reap_child(pid_t pid) {
+  uint64_t wait_until = now_ns() + 3000000000u;
+  for (;;) {
+    pid_t w = waitpid(pid, NULL, WNOHANG);
+    if (w == pid || (w < 0 && errno != EINTR)) return;
+    if (now_ns() > wait_until) {
+      kill(pid, SIGKILL);
+      waitpid(pid, NULL, 0);
+      return;
+    }
+    usleep(2000);
+  }
 }
 
 #endif

@@ -307,17 +307,7 @@ static int run(result *src, result *snk) {
   }
   if (s) zmq_close(s);
   if (ctx) zmq_ctx_term(ctx);
-  uint64_t wait_until = now_ns() + 3000000000u;
-  for (;;) {
-    pid_t w = waitpid(pid, NULL, WNOHANG);
-    if (w == pid || (w < 0 && errno != EINTR)) break;
-    if (now_ns() > wait_until) {
-      kill(pid, SIGKILL);
-      waitpid(pid, NULL, 0);
-      break;
-    }
-    usleep(2000);
-  }
+  reap_child(pid);
   close(up[0]);
   close(down[1]);
   if (!strcmp(O.transport, "ipc")) unlink(ipc_path + 6);

@@ -161,3 +161,19 @@ int th_server_down(pid_t *pid) {
   *pid = 0;
   return rc == 0 ? 0 : -1;
 }
+
+void th_recv_cli64(ez_sub *s, uint64_t *next, int timeout_ms) {
+  ez_msg m;
+  int rc = ez_recv(s, &m, timeout_ms);
+  if (rc) fail_msg("waiting for message %llu: %s", (unsigned long long)*next, ez_strerror(rc));
+  uint64_t k = 0;
+  if (m.len >= 8) memcpy(&k, m.data, 8);
+  bool ok = m.len == 64 && (*next == UINT64_MAX || k == *next);
+  for (size_t i = 8; ok && i < 64; i++)
+    ok = ((const uint8_t *)m.data)[i] == (uint8_t)i;
+  ez_msg_release(&m);
+  if (!ok)
+    fail_msg("message %llu (%zu bytes): expected number %llu", (unsigned long long)k, m.len,
+             (unsigned long long)*next);
+  *next = k + 1;
+}

@@ -49,6 +49,11 @@ int th_count_fds(void);
 int64_t th_now_ms(void);
 void th_sleep_ms(int ms);
 
+/* Receives the next message of an `ezmsg pub --size 64` stream on s (within timeout_ms) and
+ * checks it: 64 bytes, its number (the first 8 bytes) *next, or any for the first one (*next
+ * UINT64_MAX), then byte i == i. Fails the test otherwise; *next becomes its number + 1. */
+void th_recv_cli64(ez_sub *s, uint64_t *next, int timeout_ms);
+
 /* Path of the CLI binary ($EZ_CLI). */
 const char *th_cli(void);
 
