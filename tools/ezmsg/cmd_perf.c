@@ -204,7 +204,7 @@ typedef struct perf_opts {
   long n;
   long nbuf;
   double duration, warmup;
-  bool json, quiet, copy;
+  bool json, quiet, copy, pin;
   size_t buf_size;
 } perf_opts;
 
@@ -260,7 +260,7 @@ static int parse_long(const char *s, long lo, long hi, long *out) {
   return 0;
 }
 
-enum { OPT_JSON = 'j', OPT_COPY = 2000, OPT_BUFSIZE, OPT_WARMUP = 'w' };
+enum { OPT_JSON = 'j', OPT_COPY = 2000, OPT_BUFSIZE, OPT_PIN, OPT_WARMUP = 'w' };
 
 static int on_opt(int opt, const char *arg, void *user) {
   perf_opts *o = user;
@@ -289,6 +289,7 @@ static int on_opt(int opt, const char *arg, void *user) {
   case OPT_JSON: o->json = true; return 0;
   case 'q': o->quiet = true; return 0;
   case OPT_COPY: o->copy = true; return 0;
+  case OPT_PIN: o->pin = true; return 0;
   case OPT_BUFSIZE: return parse_size(arg, &o->buf_size);
   default: return -1;
   }
@@ -303,6 +304,7 @@ static const struct option perf_options[] = {
     {"duration", required_argument, NULL, 'd'},
     {"warmup", required_argument, NULL, OPT_WARMUP},
     {"copy", no_argument, NULL, OPT_COPY},
+    {"pin", no_argument, NULL, OPT_PIN},
     {"buf-size", required_argument, NULL, OPT_BUFSIZE},
     {"json", no_argument, NULL, OPT_JSON},
     {"quiet", no_argument, NULL, 'q'},
@@ -341,6 +343,8 @@ static const cli_spec perf_spec = {
         "  -w, --warmup S     unmeasured seconds before that (default 0.25)\n"
         "      --copy         publish with ez_publish (one copy) instead of a loan\n"
         "      --buf-size N   initial slot room (default: the size plus framing, so no growth)\n"
+        "      --pin          run node k on CPU k mod the CPUs allowed (its thread for local,\n"
+        "                     its process otherwise): steadier numbers for A/B comparisons\n"
         "  -j, --json         print JSON instead of the table\n"
         "  -q, --quiet        no progress line\n"
         "  (--timeout MS bounds each case's setup)\n",
@@ -398,6 +402,7 @@ int cmd_perf(int argc, char **argv) {
                                   .duration_s = o.duration,
                                   .warmup_s = o.warmup,
                                   .copy = o.copy,
+                                  .pin = o.pin,
                                   .buf_size = o.buf_size};
     }
   }

@@ -44,6 +44,7 @@ typedef struct perf_case {
   uint32_t nbuf;
   double duration_s, warmup_s;
   bool copy;
+  bool pin;          /* node k runs on CPU k mod (CPUs allowed): perf_pin */
   uint64_t buf_size; /* initial slot room; 0: the message size plus framing (no growth) */
 } perf_case;
 
@@ -62,6 +63,7 @@ typedef struct node_result {
 
 typedef struct node {
   int role;
+  unsigned index;       /* its place in the topology (perf_pin) */
   unsigned src;         /* source index (in the header) */
   char in[96], out[96]; /* topics, "" for none */
   unsigned ends;        /* sinks: ENDs to wait for */
@@ -117,6 +119,10 @@ void perf_build_topo(const perf_case *pc, unsigned tag, topo *t);
 /* Reads or writes exactly n bytes before the deadline. 0, or -1 (timeout, EOF, error or
  * interrupted). */
 int perf_io_full(int fd, void *buf, size_t n, bool wr, uint64_t deadline);
+
+/* With pc->pin, binds the calling thread (and the threads it creates later) to the index-th
+ * CPU, modulo the CPUs this process may use; without, or if that fails, leaves it alone. */
+void perf_pin(const perf_case *pc, unsigned index);
 
 /* In a freshly forked child: dies with the coordinator, default signals, an alarm after alarm_s. */
 void perf_child_prepare(unsigned alarm_s);

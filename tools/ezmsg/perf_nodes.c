@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -74,6 +75,8 @@ void perf_build_topo(const perf_case *pc, unsigned tag, topo *t) {
     break;
   }
   t->n = k;
+  for (unsigned i = 0; i < k; i++)
+    v[i].index = i;
 }
 
 /* ---- small helpers -------------------------------------------------------------------------- */
@@ -373,6 +376,7 @@ void perf_node_child(node *nd, const perf_case *pc, int fd, int setup_ms) {
   ez_context *ctx = NULL;
   if (perf_io_full(fd, &cs, sizeof cs, false, deadline)) _exit(3);
   cs.address[sizeof cs.address - 1] = 0;
+  perf_pin(pc, nd->index); /* before the context: its I/O thread inherits the CPU */
   int rc = ez_context_open(cs.address, &ctx);
   if (rc) perf_fail(r, rc, "context on %s: %s", cs.address, ez_strerror(rc));
   /* The pong side subscribes first, so that no two processes join each other's channels at the
@@ -408,8 +412,24 @@ typedef struct thread_arg {
   uint64_t t_go;
 } thread_arg;
 
+void perf_pin(const perf_case *pc, unsigned index) {
+  cpu_set_t allowed, one;
+  if (!pc->pin || sched_getaffinity(0, sizeof allowed, &allowed)) return;
+  int n = CPU_COUNT(&allowed);
+  if (n <= 0) return;
+  int want = (int)(index % (unsigned)n);
+  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+    if (!CPU_ISSET(cpu, &allowed) || want--) continue;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    return;
+  }
+}
+
 static void *node_thread(void *arg) {
   thread_arg *ta = arg;
+  perf_pin(ta->pc, ta->nd->index);
   run_node(ta->nd, ta->pc, ta->t_go);
   return NULL;
 }
