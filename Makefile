@@ -6,7 +6,7 @@ JOBS ?= 2
 PREFIX ?= /usr/local
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test test-fast test-asan test-tsan demo install bench fuzz clean format
+.PHONY: all deps build test test-fast test-asan test-tsan test-notel demo install bench fuzz clean format
 
 all: build
 
@@ -26,6 +26,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
+	$(MAKE) test-notel
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
@@ -45,6 +46,15 @@ test-tsan: deps
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 \
 	  ctest --output-on-failure -j$(JOBS) -E 'fuzz_replay|sh_install|sh_multihost'
 
+# The whole suite once more with telemetry compiled out (-DEZ_TELEMETRY=OFF): that build takes
+# no time stamps at all on the message path, so it runs different code there.
+NOTEL_TEST_BUILD ?= build-notel-test
+test-notel: deps
+	cmake -S . -B $(NOTEL_TEST_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEZ_TELEMETRY=OFF \
+	  -DEZ_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build $(NOTEL_TEST_BUILD) -j$(JOBS)
+	cd $(NOTEL_TEST_BUILD) && ctest --output-on-failure -j$(JOBS)
+
 demo: build
 	@bash examples/demo.sh $(BUILD)
 
@@ -52,7 +62,7 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-tsan build-fuzz build-notel
+	rm -rf $(BUILD) $(ASAN_BUILD) build-tsan build-fuzz build-notel $(NOTEL_TEST_BUILD)
 
 format:
 	clang-format -i include/ezmsg/*.h src/*.[ch] tools/ezmsg/*.[ch] tests/*.[ch] examples/*.c bench/*.c bench/profile/*.c fuzz/*.[ch]

@@ -182,7 +182,7 @@ static void on_pub(ezi_watch *w, uint32_t ev) {
   long n;
   while ((n = ezi_buf_fill(&c->pin, w->fd,
                            ezi_tx_limit(ezi_buf_head(&c->pin), ezi_buf_pending(&c->pin)))) > 0) {
-    uint64_t now = ezi_now_ns(); /* one clock read for all the frames of this read */
+    uint64_t now = ezi_tel_now(); /* one clock read for all the frames of this read */
     for (;;) {
       long used = c->state == CH_CONNECTING ? handshake(c) : data_frame(c, now);
       if (used == GONE) return;

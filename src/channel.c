@@ -182,6 +182,13 @@ static void chan_destroy(chan *c);
 
 static void destroy_task(void *arg) { chan_destroy(arg); }
 
+void ezi_chan_sub_free(chan_sub *cs) {
+  if (!cs) return;
+  free(cs->t0);
+  ezi_window_free(cs->proc);
+  free(cs);
+}
+
 void ezi_chan_unref(chan *c) {
   pthread_mutex_lock(&c->mu);
   int left = --c->refs;
@@ -199,13 +206,13 @@ void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
     ezi_lchan_release(cs, msg_id);
     return;
   }
-  uint64_t now = ezi_now_ns();
+  uint64_t now = ezi_tel_now();
   bool free_cs = false;
   pthread_mutex_lock(&c->mu);
   uint32_t idx = (uint32_t)(msg_id % c->nslot);
   slot *s = &c->slots[idx];
   if (cs->t0[idx] && s->live && s->msg_id == msg_id) {
-    ezi_window_add(&cs->proc, now, now - cs->t0[idx]);
+    ezi_window_add(cs->proc, now, now - cs->t0[idx]);
     cs->t0[idx] = 0;
     cs->in_flight--;
     if (--s->refs == 0) {
@@ -220,8 +227,7 @@ void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
   free_cs = cs->gone && !cs->leaving && cs->in_flight == 0;
   pthread_mutex_unlock(&c->mu);
   if (free_cs) {
-    free(cs->t0);
-    free(cs);
+    ezi_chan_sub_free(cs);
     ezi_chan_unref(c);
   }
 }
@@ -238,7 +244,7 @@ json_t *ezi_chan_profile(chan *c, double window_s) {
     chan_sub *cs = c->subs[i];
     uint64_t n = cs->in_flight;
     json_t *sj = c->ls ? ezi_lchan_sub_json(cs, now, window_s, &n)
-                       : ezi_sub_tel_json(&cs->proc, ez_sub_id(cs->sub), ezi_sub_handle(cs->sub),
+                       : ezi_sub_tel_json(cs->proc, ez_sub_id(cs->sub), ezi_sub_handle(cs->sub),
                                           cs->in_flight, now, window_s);
     json_array_append_new(subs, sj);
     in_flight += n;
@@ -418,18 +424,18 @@ int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **o
     fresh = true;
   }
   chan_sub *cs = calloc(1, sizeof *cs);
+  if (cs) cs->proc = ezi_window_new();
   if (cs && c->state == CH_READY) cs->t0 = calloc(c->ls ? c->nbuf : c->nslot, sizeof *cs->t0);
-  chan_sub **v =
-      cs && (cs->t0 || c->state != CH_READY) ? realloc(c->subs, (c->n_subs + 1) * sizeof *v) : NULL;
+  chan_sub **v = cs && cs->proc && (cs->t0 || c->state != CH_READY)
+                     ? realloc(c->subs, (c->n_subs + 1) * sizeof *v)
+                     : NULL;
   if (!v) {
-    if (cs) free(cs->t0);
-    free(cs);
+    ezi_chan_sub_free(cs);
     if (fresh) chan_destroy(c);
     return EZ_ENOMEM;
   }
   cs->ch = c;
   cs->sub = sub;
-  ezi_window_init(&cs->proc);
   pthread_mutex_lock(&c->mu);
   c->subs = v;
   c->subs[c->n_subs++] = cs;
@@ -478,8 +484,7 @@ void ezi_chan_leave(chan_sub *cs, bool release_viewed) {
   bool free_now = cs->in_flight == 0;
   pthread_mutex_unlock(&c->mu);
   if (free_now) {
-    free(cs->t0);
-    free(cs);
+    ezi_chan_sub_free(cs);
     ezi_chan_unref(c);
   }
 }

@@ -40,12 +40,10 @@ struct chan_sub {
   bool gone;    /* left its channel; freed once nothing it held is outstanding */
   bool leaving; /* ezi_chan_leave is running: it frees the struct itself */
   /* local channels */
-  uint64_t next; /* the next message id to take */
-  uint64_t end;  /* UINT64_MAX while a member; after leaving, the first id not counted for it */
-  uint32_t held; /* taken and not released yet */
-  /* Last: ~79 KiB, of which an update touches two lines; the fields above, used per message,
-   * stay on the struct's first lines. */
-  ezi_window proc;
+  uint64_t next;    /* the next message id to take */
+  uint64_t end;     /* UINT64_MAX while a member; after leaving, the first id not counted for it */
+  uint32_t held;    /* taken and not released yet */
+  ezi_window *proc; /* processing times (telemetry.h; its own allocation) */
 };
 
 enum { CH_REGISTERING, CH_CONNECTING, CH_READY, CH_FAILED };
@@ -141,6 +139,9 @@ void ezi_chan_link_lost(chan *c);
 void ezi_chan_wake_subs(chan *c);
 /* Drops a reference held by a chan_sub; the last one destroys the channel on the I/O thread. */
 void ezi_chan_unref(chan *c);
+/* Frees a chan_sub and what it owns (its t0 array and window), not its channel reference. NULL
+ * is a no-op. */
+void ezi_chan_sub_free(chan_sub *cs);
 
 /* localchan.c, receiver side. ezi_lchan_add: makes cs a member of local channel c from the next
  * message on (pub->mu held, or the publisher gone; I/O thread). ezi_lchan_attach: the same for

@@ -26,12 +26,8 @@ void ezi_log(int level, const char *fmt, ...) EZI_PRINTF(2, 3);
 /* True if a message at `level` would be emitted (to skip building expensive log lines). */
 int ezi_log_enabled(int level);
 
-/* Monotonic clock in nanoseconds. */
-static inline uint64_t ezi_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+/* ezi_now_ns (the monotonic clock) and ezi_tel_now (the message path's time stamps). */
+#include "telclock.h"
 
 /* Deadline helpers: a negative timeout means "never". */
 static inline uint64_t ezi_deadline(int timeout_ms) {

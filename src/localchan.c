@@ -239,8 +239,7 @@ static void slot_unref(chan *c, uint32_t idx, uint64_t now) {
 static void maybe_free(chan_sub *cs, bool free_it) {
   if (!free_it) return;
   chan *c = cs->ch;
-  free(cs->t0);
-  free(cs);
+  ezi_chan_sub_free(cs);
   ezi_chan_unref(c);
 }
 
@@ -248,14 +247,14 @@ void ezi_lchan_release(chan_sub *cs, uint64_t msg_id) {
   chan *c = cs->ch;
   ez_sub *s = cs->sub;
   uint32_t idx = (uint32_t)(msg_id % c->nbuf);
-  uint64_t now = ezi_now_ns();
+  uint64_t now = ezi_tel_now();
   pthread_mutex_lock(&s->mu);
   uint64_t t0 = cs->t0[idx];
   if (!t0) { /* not held: a second release of the same view */
     pthread_mutex_unlock(&s->mu);
     return;
   }
-  ezi_window_add(&cs->proc, now, now - t0);
+  ezi_window_add(cs->proc, now, now - t0);
   cs->t0[idx] = 0;
   /* The entry is dropped under s->mu, while cs still counts it: once cs holds nothing, a leave
    * on another thread may free cs and with it the last reference to c. A wake-up that needs c
@@ -293,7 +292,7 @@ void ezi_lchan_leave(chan_sub *cs, bool release_viewed) {
   cs->next = cs->end = stop;
   cs->gone = cs->leaving = true;
   pthread_mutex_unlock(&s->mu);
-  uint64_t now = ezi_now_ns();
+  uint64_t now = ezi_tel_now();
   for (uint64_t id = from; id < stop; id++) /* what it had not taken yet */
     slot_unref(c, (uint32_t)(id % c->nbuf), now);
   if (release_viewed) /* the subscriber is being destroyed: its views end now */
@@ -322,7 +321,7 @@ json_t *ezi_lchan_sub_json(chan_sub *cs, uint64_t now, double window_s, uint64_t
   pthread_mutex_lock(&s->mu);
   uint64_t e = avail_end(cs);
   *in_flight = cs->held + (cs->next < e ? e - cs->next : 0);
-  json_t *j = ezi_sub_tel_json(&cs->proc, s->id, s->handle, *in_flight, now, window_s);
+  json_t *j = ezi_sub_tel_json(cs->proc, s->id, s->handle, *in_flight, now, window_s);
   pthread_mutex_unlock(&s->mu);
   return j;
 }

@@ -103,6 +103,8 @@ static void pub_free(ez_pub *p) {
   ezi_seg_chain_free(p->retired);
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
+  ezi_window_free(p->tel_msgs);
+  ezi_window_free(p->tel_bp);
   free(p);
 }
 
@@ -148,13 +150,13 @@ int ez_pub_create(ez_context *ctx, const char *topic, const ez_pub_opts *opts, e
   p->running = !o.start_paused;
   pthread_mutex_init(&p->mu, NULL);
   ezi_cond_init(&p->cv);
-  ezi_window_init(&p->tel_msgs);
-  ezi_window_init(&p->tel_bp);
+  p->tel_msgs = ezi_window_new();
+  p->tel_bp = ezi_window_new();
   p->topic = strdup(topic);
   p->leases = calloc(p->nbuf, sizeof *p->leases);
   p->slot_msg = calloc(p->nbuf, sizeof *p->slot_msg);
   p->local_t0 = calloc(p->nbuf, sizeof *p->local_t0);
-  if (!p->topic || !p->leases || !p->slot_msg || !p->local_t0) {
+  if (!p->tel_msgs || !p->tel_bp || !p->topic || !p->leases || !p->slot_msg || !p->local_t0) {
     pub_free(p);
     return EZ_ENOMEM;
   }
@@ -274,7 +276,7 @@ static bool local_held(ez_pub *p, uint32_t idx) {
   uint64_t freed;
   if (!p->local || !ezi_lchan_slot_free(p->local, idx, &freed)) return p->local != NULL;
   uint64_t t0 = p->local_t0[idx];
-  ezi_window_add(&p->tel_bp, freed, freed > t0 ? freed - t0 : 0);
+  ezi_window_add(p->tel_bp, freed, freed > t0 ? freed - t0 : 0);
   p->local_t0[idx] = 0;
   p->in_flight--;
   return false;
@@ -286,7 +288,7 @@ static bool ring_held(ez_pub *p, pub_chan *pc, uint32_t idx) {
   ezi_ring_entry *e = &pc->ring.e[idx];
   if (__atomic_load_n(&e->refs, __ATOMIC_SEQ_CST)) return true;
   uint64_t t0 = pc->t0[idx], freed = __atomic_load_n(&e->freed_at, __ATOMIC_RELAXED);
-  ezi_window_add(&p->tel_bp, freed > t0 ? freed : t0, freed > t0 ? freed - t0 : 0);
+  ezi_window_add(p->tel_bp, freed > t0 ? freed : t0, freed > t0 ? freed - t0 : 0);
   pc->t0[idx] = 0;
   pc->held--;
   p->in_flight--;
@@ -361,7 +363,7 @@ void ezi_pub_free_locked(ez_pub *p, pub_chan *pc, uint64_t msg_id, uint64_t now)
   uint32_t idx = (uint32_t)(msg_id % p->nbuf);
   uint64_t *t0 = &pc->t0[idx];
   if (!*t0 || p->slot_msg[idx] != msg_id) return; /* stale or duplicate ack */
-  ezi_window_add(&p->tel_bp, now, now - *t0);
+  ezi_window_add(p->tel_bp, now, now - *t0);
   *t0 = 0;
   p->in_flight--;
   if (--pc->held == 0 && (pc->ring_wanted || pc->win_wanted) && p->waiters)
@@ -393,7 +395,7 @@ void ezi_pub_ring_close(ez_pub *p, pub_chan *pc, uint64_t now) {
   }
   for (uint32_t i = 0; i < p->nbuf; i++) {
     if (!pc->t0[i]) continue;
-    ezi_window_add(&p->tel_bp, now, now > pc->t0[i] ? now - pc->t0[i] : 0);
+    ezi_window_add(p->tel_bp, now, now > pc->t0[i] ? now - pc->t0[i] : 0);
     pc->t0[i] = 0;
     p->in_flight--;
   }
@@ -587,7 +589,7 @@ static void ring_put(ez_pub *p, pub_chan *pc, uint64_t id, uint64_t now) {
 
 /* Sends the message now in slot idx (p->mu held). */
 static void send_slot(ez_pub *p, size_t len) {
-  uint64_t id = p->next_id, now = ezi_now_ns();
+  uint64_t id = p->next_id, now = ezi_tel_now();
   uint32_t idx = (uint32_t)(id % p->nbuf);
   uint8_t *slot = ezi_seg_data(p->seg, idx);
   size_t total = EZI_MARSHAL_BYTES_HDR + len;
@@ -640,7 +642,7 @@ static void send_slot(ez_pub *p, size_t len) {
     pc->held++;
     p->in_flight++;
   }
-  ezi_window_count(&p->tel_msgs, now, len);
+  ezi_window_count(p->tel_msgs, now, len);
   p->total_msgs++;
   p->total_bytes += len;
   p->next_id++;
@@ -724,8 +726,8 @@ json_t *ezi_pub_profile(ez_pub *p, double window_s) {
   uint64_t now = ezi_now_ns();
   pthread_mutex_lock(&p->mu);
   harvest_all(p);
-  json_t *j = ezi_pub_tel_json(&p->tel_msgs, &p->tel_bp, p->total_msgs, p->total_bytes,
-                               p->in_flight, now, window_s);
+  json_t *j = ezi_pub_tel_json(p->tel_msgs, p->tel_bp, p->total_msgs, p->total_bytes, p->in_flight,
+                               now, window_s);
   size_t nch = count_channels(p);
   pthread_mutex_unlock(&p->mu);
   if (!j) return NULL;

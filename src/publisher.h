@@ -81,9 +81,8 @@ struct ez_pub {
   int win_waiters;   /* publishing threads asleep for a TCP window (pubwin.c) */
   uint64_t win_need; /* the last one's message size */
   bool win_kicked;   /* they were woken since the last one went to sleep */
-  /* Last: ~79 KiB each, of which an update touches two lines; the fields above, used per
-   * message, stay together. */
-  ezi_window tel_msgs, tel_bp;
+  /* Messages and bytes, and lease durations (telemetry.h; allocations of their own). */
+  ezi_window *tel_msgs, *tel_bp;
 };
 
 /* pubserve.c */

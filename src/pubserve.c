@@ -76,7 +76,7 @@ static void on_graph(ezi_watch *w, uint32_t ev) {
 
 static void chan_close(pub_chan *pc) {
   ez_pub *p = pc->pub;
-  uint64_t now = ezi_now_ns();
+  uint64_t now = ezi_tel_now();
   pthread_mutex_lock(&p->mu);
   for (size_t i = 0; i < p->n_chans; i++) {
     if (p->chans[i] == pc) {
@@ -165,7 +165,7 @@ static void on_chan(ezi_watch *w, uint32_t ev) {
     /* Acks: all that arrived, under one lock. */
     const uint8_t *h = ezi_buf_head(&pc->in);
     size_t avail = ezi_buf_pending(&pc->in), pos = 0;
-    uint64_t now = ezi_now_ns();
+    uint64_t now = ezi_tel_now();
     pthread_mutex_lock(&p->mu);
     for (;;) {
       if (avail - pos >= 9 && h[pos] == EZI_RX_ACK) {

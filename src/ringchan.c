@@ -103,7 +103,7 @@ static bool pull_locked(chan *c, ez_sub *self, bool *stuck) {
       break;
     }
     if (!ezi_lchan_put(c, id, um.payload, um.payload_len, e->t0, seg, self)) {
-      if (!now) now = ezi_now_ns();
+      if (!now) now = ezi_tel_now();
       ezi_ring_chan_free(c, idx, id, now); /* nobody to take it */
     }
     any = true;

@@ -79,6 +79,13 @@ typedef struct ezi_window {
 /* Empties the window (equivalent to zero-filling it). */
 void ezi_window_init(ezi_window *w);
 
+/* A new empty window on the heap (the caller frees it with ezi_window_free), or NULL when out of
+ * memory. Publishers and channels keep their windows apart from their own structs: 79 KiB
+ * embedded would make those page-aligned mmap blocks whose hot fields all share one 4 KiB
+ * offset (and differ between the builds with and without telemetry). */
+ezi_window *ezi_window_new(void);
+void ezi_window_free(ezi_window *w);
+
 /* The recording half is inline: it runs a few times per message. */
 
 /* x >= T[j] (x normalised so its top bit is set) <=> x / 2^63 >= 2^(j/4); rounded up, so the
@@ -147,8 +154,10 @@ typedef struct ezi_window {
   char unused;
 } ezi_window;
 
-/* Compiled out: no-ops. */
+/* Compiled out: no-ops, and a window of one byte. */
 static inline void ezi_window_init(ezi_window *w) { (void)w; }
+ezi_window *ezi_window_new(void);
+void ezi_window_free(ezi_window *w);
 static inline void ezi_window_add(ezi_window *w, uint64_t now_ns, uint64_t value) {
   (void)w;
   (void)now_ns;

@@ -1,0 +1,111 @@
+/* The telemetry clock (telclock.h): its stamps are CLOCK_MONOTONIC nanoseconds, from any thread,
+ * across re-anchorings; where the kernel itself runs on the TSC, the TSC mapping is really in
+ * use after calibration. With EZ_NO_TELEMETRY: no clock, the constant mark 1. */
+#include "harness.h"
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MS 1000000ull
+/* A stamp may be off CLOCK_MONOTONIC by the anchor's error (< 2 us) plus the rate's over 50 ms
+ * (well under 1 us, or 25 us if NTP slews at its maximum): 100 us leaves room, and is still far
+ * below what a wrong scale would give (ms within the 300 ms checked). */
+#define TOL_NS 100000ull
+
+#ifndef EZ_NO_TELEMETRY
+
+/* Stamps for `ms` milliseconds, each between two clock reads (give or take TOL_NS). Returns the
+ * number of stamps checked; fails the test on the first one out of bounds. */
+static uint64_t track(uint64_t ms) {
+  uint64_t end = ezi_now_ns() + ms * MS, n = 0;
+  for (;;) {
+    uint64_t a = ezi_now_ns(), t = ezi_tel_now(), b = ezi_now_ns();
+    if (t + TOL_NS < a || t > b + TOL_NS)
+      fail_msg("stamp %llu outside [%llu, %llu] +- %llu ns", (unsigned long long)t,
+               (unsigned long long)a, (unsigned long long)b, (unsigned long long)TOL_NS);
+    n++;
+    if (b >= end) return n;
+  }
+}
+
+/* 300 ms: the calibration (10 ms), then about six 50 ms mappings. */
+static void test_tracks_monotonic(void **state) {
+  (void)state;
+  assert_true(track(300) > 1000);
+}
+
+static void *tracker(void *arg) {
+  *(uint64_t *)arg = track(200);
+  return NULL;
+}
+
+/* Three threads stamping at once, through calibration and re-anchorings. */
+static void test_threads(void **state) {
+  (void)state;
+  pthread_t th[3];
+  uint64_t n[3] = {0};
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, tracker, &n[i]), 0);
+  for (int i = 0; i < 3; i++) {
+    pthread_join(th[i], NULL);
+    assert_true(n[i] > 100);
+  }
+}
+
+/* An idle gap longer than a mapping: the next stamp is still right. */
+static void test_after_idle(void **state) {
+  (void)state;
+  track(20);
+  struct timespec ts = {0, 120 * (long)MS};
+  nanosleep(&ts, NULL);
+  track(5);
+}
+
+static bool kernel_on_tsc(void) {
+  FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "re");
+  char buf[32] = {0};
+  bool yes = f && fgets(buf, sizeof buf, f) && strcmp(buf, "tsc\n") == 0;
+  if (f) fclose(f);
+  return yes;
+}
+
+/* Where the kernel uses the TSC, so do we, once calibrated: a mapping is in place. */
+static void test_tsc_in_use(void **state) {
+  (void)state;
+#if defined(__x86_64__)
+  track(30);
+  bool mapped = __atomic_load_n(&ezi_tsc.span, __ATOMIC_RELAXED) != 0;
+  if (kernel_on_tsc())
+    assert_true(mapped);
+  else
+    assert_false(mapped);
+#else
+  skip();
+#endif
+}
+
+#else
+
+static void test_compiled_out(void **state) {
+  (void)state;
+  assert_int_equal(ezi_tel_now(), 1);
+  assert_int_equal(ezi_tel_now(), 1);
+}
+
+#endif
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+#ifndef EZ_NO_TELEMETRY
+      cmocka_unit_test(test_tracks_monotonic),
+      cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_after_idle),
+      cmocka_unit_test(test_tsc_in_use),
+#else
+      cmocka_unit_test(test_compiled_out),
+#endif
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
