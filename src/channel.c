@@ -107,11 +107,12 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
       s->iov[i] = (ez_iov){d, n};
     }
   }
+  uint64_t t0 = ezi_stamp_pick(&c->stamps, now); /* at high rates, only some are timed */
   for (size_t i = 0; i < c->n_subs; i++) {
     chan_sub *cs = c->subs[i];
     if (cs->gone) continue;
     if (!ezi_sub_push(cs->sub, cs, msg_id, c->remote)) continue; /* it does not hold it */
-    cs->t0[msg_id % c->nslot] = now;
+    cs->t0[msg_id % c->nslot] = t0;
     cs->in_flight++;
     s->refs++;
   }
@@ -206,13 +207,13 @@ void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
     ezi_lchan_release(cs, msg_id);
     return;
   }
-  uint64_t now = ezi_tel_now();
   bool free_cs = false;
   pthread_mutex_lock(&c->mu);
   uint32_t idx = (uint32_t)(msg_id % c->nslot);
   slot *s = &c->slots[idx];
   if (cs->t0[idx] && s->live && s->msg_id == msg_id) {
-    ezi_window_add(cs->proc, now, now - cs->t0[idx]);
+    uint64_t t0 = cs->t0[idx], now = t0 == EZI_UNSTAMPED ? EZI_UNSTAMPED : ezi_tel_now();
+    ezi_window_span(cs->proc, t0, now);
     cs->t0[idx] = 0;
     cs->in_flight--;
     if (--s->refs == 0) {

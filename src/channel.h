@@ -96,6 +96,7 @@ struct chan {
   ezi_watch pw;
   ezi_buf pin;
   ezi_outbox acks;
+  ezi_stamper stamps; /* which deliveries are timed (telclock.h) */
   ezi_seg *seg;
   uint64_t hs_timer; /* the registration's, then the handshake's deadline */
   bool reg_sent;     /* the CHANNEL request went out (registration) */

@@ -247,14 +247,15 @@ void ezi_lchan_release(chan_sub *cs, uint64_t msg_id) {
   chan *c = cs->ch;
   ez_sub *s = cs->sub;
   uint32_t idx = (uint32_t)(msg_id % c->nbuf);
-  uint64_t now = ezi_tel_now();
   pthread_mutex_lock(&s->mu);
   uint64_t t0 = cs->t0[idx];
   if (!t0) { /* not held: a second release of the same view */
     pthread_mutex_unlock(&s->mu);
     return;
   }
-  ezi_window_add(cs->proc, now, now - t0);
+  /* A message its publisher did not stamp is not timed here either (telclock.h). */
+  uint64_t now = t0 == EZI_UNSTAMPED ? EZI_UNSTAMPED : ezi_tel_now();
+  ezi_window_span(cs->proc, t0, now);
   cs->t0[idx] = 0;
   /* The entry is dropped under s->mu, while cs still counts it: once cs holds nothing, a leave
    * on another thread may free cs and with it the last reference to c. A wake-up that needs c

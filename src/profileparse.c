@@ -69,6 +69,8 @@ static void get_latency(const json_t *obj, ez_latency *l) {
   l->p50_ms = get_num(obj, "p50_ms");
   l->p99_ms = get_num(obj, "p99_ms");
   l->samples = get_u64(obj, "samples");
+  l->timed_samples =
+      json_object_get(obj, "timed_samples") ? get_u64(obj, "timed_samples") : l->samples;
   l->in_flight = get_u64(obj, "in_flight");
 }
 

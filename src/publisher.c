@@ -276,7 +276,7 @@ static bool local_held(ez_pub *p, uint32_t idx) {
   uint64_t freed;
   if (!p->local || !ezi_lchan_slot_free(p->local, idx, &freed)) return p->local != NULL;
   uint64_t t0 = p->local_t0[idx];
-  ezi_window_add(p->tel_bp, freed, freed > t0 ? freed - t0 : 0);
+  ezi_window_span(p->tel_bp, t0, freed);
   p->local_t0[idx] = 0;
   p->in_flight--;
   return false;
@@ -288,7 +288,7 @@ static bool ring_held(ez_pub *p, pub_chan *pc, uint32_t idx) {
   ezi_ring_entry *e = &pc->ring.e[idx];
   if (__atomic_load_n(&e->refs, __ATOMIC_SEQ_CST)) return true;
   uint64_t t0 = pc->t0[idx], freed = __atomic_load_n(&e->freed_at, __ATOMIC_RELAXED);
-  ezi_window_add(p->tel_bp, freed > t0 ? freed : t0, freed > t0 ? freed - t0 : 0);
+  ezi_window_span(p->tel_bp, t0, freed);
   pc->t0[idx] = 0;
   pc->held--;
   p->in_flight--;
@@ -363,7 +363,7 @@ void ezi_pub_free_locked(ez_pub *p, pub_chan *pc, uint64_t msg_id, uint64_t now)
   uint32_t idx = (uint32_t)(msg_id % p->nbuf);
   uint64_t *t0 = &pc->t0[idx];
   if (!*t0 || p->slot_msg[idx] != msg_id) return; /* stale or duplicate ack */
-  ezi_window_add(p->tel_bp, now, now - *t0);
+  ezi_window_span(p->tel_bp, *t0, now);
   *t0 = 0;
   p->in_flight--;
   if (--pc->held == 0 && (pc->ring_wanted || pc->win_wanted) && p->waiters)
@@ -395,7 +395,7 @@ void ezi_pub_ring_close(ez_pub *p, pub_chan *pc, uint64_t now) {
   }
   for (uint32_t i = 0; i < p->nbuf; i++) {
     if (!pc->t0[i]) continue;
-    ezi_window_add(p->tel_bp, now, now > pc->t0[i] ? now - pc->t0[i] : 0);
+    ezi_window_span(p->tel_bp, pc->t0[i], now);
     pc->t0[i] = 0;
     p->in_flight--;
   }
@@ -460,8 +460,10 @@ static int wait_slot(ez_pub *p, uint64_t bytes, int timeout_ms, uint64_t *deadli
     p->want = p->running && !ring_switch_waits(p) ? (int64_t)idx : -1;
     set_wants(p);
     int rc = 0;
-    if (!p->running || slot_busy(p, idx) || ring_switch_waits(p) || win) /* releasers know now */
+    if (!p->running || slot_busy(p, idx) || ring_switch_waits(p) || win) { /* releasers know */
       rc = ezi_cond_wait(&p->cv, &p->mu, *deadline);
+      ezi_stamper_reset(&p->stamps); /* the rate seen so far says nothing about the next one */
+    }
     p->waiters--;
     if (win) p->win_waiters--;
     set_wants(p);
@@ -589,7 +591,7 @@ static void ring_put(ez_pub *p, pub_chan *pc, uint64_t id, uint64_t now) {
 
 /* Sends the message now in slot idx (p->mu held). */
 static void send_slot(ez_pub *p, size_t len) {
-  uint64_t id = p->next_id, now = ezi_tel_now();
+  uint64_t id = p->next_id, now = ezi_stamp(&p->stamps);
   uint32_t idx = (uint32_t)(id % p->nbuf);
   uint8_t *slot = ezi_seg_data(p->seg, idx);
   size_t total = EZI_MARSHAL_BYTES_HDR + len;
@@ -642,7 +644,10 @@ static void send_slot(ez_pub *p, size_t len) {
     pc->held++;
     p->in_flight++;
   }
-  ezi_window_count(p->tel_msgs, now, len);
+  if (now != EZI_UNSTAMPED)
+    ezi_window_count(p->tel_msgs, now, len);
+  else
+    ezi_window_tally_sum(p->tel_msgs, len);
   p->total_msgs++;
   p->total_bytes += len;
   p->next_id++;

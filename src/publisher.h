@@ -81,8 +81,10 @@ struct ez_pub {
   int win_waiters;   /* publishing threads asleep for a TCP window (pubwin.c) */
   uint64_t win_need; /* the last one's message size */
   bool win_kicked;   /* they were woken since the last one went to sleep */
-  /* Messages and bytes, and lease durations (telemetry.h; allocations of their own). */
+  /* Messages and bytes, and lease durations (telemetry.h; allocations of their own), and which
+   * messages are stamped (telclock.h). */
   ezi_window *tel_msgs, *tel_bp;
+  ezi_stamper stamps;
 };
 
 /* pubserve.c */

@@ -36,9 +36,13 @@ static inline uint64_t ezi_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The stamp of an event whose time was not read (sampled out, or telemetry compiled out). It is
+ * nonzero, so "stamped" still means "held" on the message path. */
+#define EZI_UNSTAMPED 1u
+
 #if defined(EZ_NO_TELEMETRY)
 
-static inline uint64_t ezi_tel_now(void) { return 1; }
+static inline uint64_t ezi_tel_now(void) { return EZI_UNSTAMPED; }
 
 #elif defined(__x86_64__)
 
@@ -75,5 +79,62 @@ static inline uint64_t ezi_tel_now(void) {
 static inline uint64_t ezi_tel_now(void) { return ezi_now_ns(); }
 
 #endif
+
+/* Sampled stamps, for a publisher's messages. Up to about 500 k messages/s every message is
+ * stamped. Faster, one in `every` (a power of two up to EZI_STAMP_MAX_EVERY) is, so that stamps
+ * come about every EZI_STAMP_SPAN_NS; the others get EZI_UNSTAMPED, and with them their whole
+ * journey (the receivers take no stamp when they release them), so they are counted but not
+ * timed. Durations (backpressure, processing) are then averages, maxima and percentiles over the
+ * stamped messages; counts and rates stay exact. The choice is made at each stamp from the rate
+ * since the previous one; ezi_stamper_reset (after the publisher waited) stamps the next one. */
+#define EZI_STAMP_MAX_EVERY 64u
+#define EZI_STAMP_SPAN_NS 4000u
+
+typedef struct ezi_stamper {
+  uint64_t last;  /* the last stamp (0: none yet) */
+  uint32_t every; /* one in `every` is stamped */
+  uint32_t left;  /* calls until the next stamp (<= 1: this one) */
+} ezi_stamper;
+
+/* A stamp was taken at `now`: how many calls until the next one, from the rate since the last. */
+static inline void ezi_stamper_took(ezi_stamper *st, uint64_t now) {
+  uint32_t every = 1;
+  if (st->last && now >= st->last) {
+    uint64_t per = (now - st->last) / (st->every ? st->every : 1); /* ns per message */
+    while (every < EZI_STAMP_MAX_EVERY && per * every * 2 <= EZI_STAMP_SPAN_NS)
+      every *= 2;
+  }
+  st->last = now;
+  st->every = st->left = every;
+}
+
+/* The next message's stamp: the clock, or EZI_UNSTAMPED. */
+static inline uint64_t ezi_stamp(ezi_stamper *st) {
+#ifdef EZ_NO_TELEMETRY
+  (void)st;
+  return EZI_UNSTAMPED;
+#else
+  if (st->left > 1) {
+    st->left--;
+    return EZI_UNSTAMPED;
+  }
+  uint64_t now = ezi_tel_now();
+  ezi_stamper_took(st, now);
+  return now;
+#endif
+}
+
+/* The same choice where a stamp `now` was read anyway (one per batch of frames read from a
+ * socket): `now` for the messages to time, EZI_UNSTAMPED for the others. */
+static inline uint64_t ezi_stamp_pick(ezi_stamper *st, uint64_t now) {
+  if (now == EZI_UNSTAMPED || st->left > 1) {
+    if (st->left > 1) st->left--;
+    return EZI_UNSTAMPED;
+  }
+  ezi_stamper_took(st, now);
+  return now;
+}
+
+static inline void ezi_stamper_reset(ezi_stamper *st) { st->left = 0; }
 
 #endif

@@ -43,7 +43,7 @@ double ezi_clamp_window(double window_s) {
 
 #ifndef EZ_NO_TELEMETRY
 
-_Static_assert(sizeof(ezi_window_bucket) == 800, "a bucket should stay 800 bytes");
+_Static_assert(sizeof(ezi_window_bucket) == 808, "a bucket should stay 808 bytes");
 /* 10 s (EZ_PROFILE_MAX_WINDOW_S) plus the half bucket of slack must fit in the ring. */
 _Static_assert(EZI_WINDOW_BUCKETS *EZI_WINDOW_BUCKET_NS >=
                    10000000000ull + EZI_WINDOW_BUCKET_NS / 2,
@@ -90,11 +90,12 @@ void ezi_window_query(const ezi_window *w, uint64_t now_ns, double window_s,
   if (last - first >= EZI_WINDOW_BUCKETS) first = last - (EZI_WINDOW_BUCKETS - 1); /* safety */
 
   uint64_t hist[EZI_WINDOW_BINS] = {0};
-  uint64_t count = 0, sum = 0, max = 0;
+  uint64_t count = 0, timed = 0, sum = 0, max = 0;
   for (uint64_t e = first; e <= last; e++) {
     const ezi_window_bucket *b = &w->buckets[e % EZI_WINDOW_BUCKETS];
     if (b->epoch != e || b->count == 0) continue; /* stale or empty */
     count += b->count;
+    timed += b->timed;
     if (__builtin_add_overflow(sum, b->sum, &sum)) sum = UINT64_MAX;
     if (b->max > max) max = b->max;
     for (unsigned i = 0; i < EZI_WINDOW_BINS; i++)
@@ -103,11 +104,13 @@ void ezi_window_query(const ezi_window *w, uint64_t now_ns, double window_s,
   if (count == 0) return;
 
   out->count = count;
+  out->timed = timed;
   out->sum = (double)sum;
-  out->avg = out->sum / (double)count;
+  if (timed == 0) return;
+  out->avg = out->sum / (double)timed;
   out->max = (double)max;
-  out->p50 = percentile(hist, (count + 1) / 2, max);         /* ceil(0.50 n) */
-  out->p99 = percentile(hist, (99 * count + 99) / 100, max); /* ceil(0.99 n) */
+  out->p50 = percentile(hist, (timed + 1) / 2, max);         /* ceil(0.50 n) */
+  out->p99 = percentile(hist, (99 * timed + 99) / 100, max); /* ceil(0.99 n) */
 }
 
 #else /* EZ_NO_TELEMETRY */
@@ -176,6 +179,7 @@ static int put_latency(json_t *obj, const ezi_window_stats *s) {
   bad |= put(obj, "p50_ms", jreal(s->p50 / 1e6));
   bad |= put(obj, "p99_ms", jreal(s->p99 / 1e6));
   bad |= put(obj, "samples", jint(s->count));
+  bad |= put(obj, "timed_samples", jint(s->timed));
   return bad;
 }
 

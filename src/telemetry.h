@@ -9,7 +9,9 @@
  * so stale buckets are recognised by their epoch and reused lazily: nothing is ever swept, an idle
  * gap of any length costs nothing, and no old data survives it.
  *
- * Values are non-negative integers: durations in ns, or byte counts.
+ * Values are non-negative integers: durations in ns, or byte counts. An event may also come
+ * without a value (ezi_window_tally: a message whose time was not stamped, telclock.h): it counts
+ * in `count` and nowhere else, so averages and percentiles are over the `timed` events only.
  *
  * Accuracy
  * - Time: a query over (now - W, now] counts the bucket holding `now` plus every older bucket
@@ -34,6 +36,7 @@
 #define EZI_TELEMETRY_H
 
 #include "ezmsg/ezmsg.h"
+#include "telclock.h"
 
 #include <jansson.h>
 #include <stdint.h>
@@ -50,25 +53,28 @@
 
 /* The summary of one window query. Durations stay in the unit they were recorded in (ns). */
 typedef struct ezi_window_stats {
-  uint64_t count;  /* events in the window */
-  double sum, avg; /* sum and mean of their values (0 if count is 0) */
-  double max;      /* largest value (0 if count is 0) */
-  double p50, p99; /* nearest-rank percentile estimates (see Accuracy above; 0 if count is 0) */
+  uint64_t count;  /* events in the window, tallies included */
+  uint64_t timed;  /* those recorded with a value (ezi_window_add) */
+  double sum;      /* the sum of the values recorded (add and count, not tally) */
+  double avg;      /* sum / timed (0 if nothing was timed) */
+  double max;      /* largest value timed (0 if none) */
+  double p50, p99; /* nearest-rank percentile estimates over the timed values (see Accuracy) */
   double window_s; /* the window actually asked for, after ezi_clamp_window */
 } ezi_window_stats;
 
 #ifndef EZ_NO_TELEMETRY
 
-/* One time bucket: 800 bytes. */
+/* One time bucket: 808 bytes. */
 typedef struct ezi_window_bucket {
   uint64_t epoch; /* which bucket-width time span this holds (now_ns / EZI_WINDOW_BUCKET_NS) */
   uint64_t sum;   /* saturating */
   uint64_t max;
-  uint32_t count;
+  uint32_t count; /* events */
+  uint32_t timed; /* events with a value in sum, max and hist */
   uint32_t hist[EZI_WINDOW_BINS];
 } ezi_window_bucket;
 
-/* A sliding window: fixed size (EZI_WINDOW_BUCKETS * 800 bytes, about 79 KiB), no heap memory,
+/* A sliding window: fixed size (EZI_WINDOW_BUCKETS * 808 bytes, about 80 KiB), no heap memory,
  * may be embedded in other structs. All-zero bytes is a valid empty window. */
 typedef struct ezi_window {
   uint64_t cur_start; /* the newest bucket's span starts here (ns) ... */
@@ -80,7 +86,7 @@ typedef struct ezi_window {
 void ezi_window_init(ezi_window *w);
 
 /* A new empty window on the heap (the caller frees it with ezi_window_free), or NULL when out of
- * memory. Publishers and channels keep their windows apart from their own structs: 79 KiB
+ * memory. Publishers and channels keep their windows apart from their own structs: 80 KiB
  * embedded would make those page-aligned mmap blocks whose hot fields all share one 4 KiB
  * offset (and differ between the builds with and without telemetry). */
 ezi_window *ezi_window_new(void);
@@ -143,9 +149,33 @@ static inline void ezi_window_add(ezi_window *w, uint64_t now_ns, uint64_t value
   ezi_window_bucket *b = ezi_window_bucket_at(w, now_ns);
   if (!b) return;
   b->count++;
+  b->timed++;
   if (__builtin_add_overflow(b->sum, value, &b->sum)) b->sum = UINT64_MAX;
   if (value > b->max) b->max = value;
   b->hist[ezi_window_bin(value)]++;
+}
+
+/* Counts one event without a value or a time of its own (an event whose time was not stamped,
+ * see EZI_UNSTAMPED): it goes into the bucket of the window's newest stamped event. At rates
+ * where stamps are sampled that bucket is microseconds old, except for the few events after a
+ * pause, before the next stamp (at most EZI_STAMP_MAX_EVERY - 1 of them). */
+static inline void ezi_window_tally(ezi_window *w) { w->buckets[w->cur].count++; }
+
+/* As ezi_window_tally, with a value counted in the sum only (ezi_window_count's unstamped twin:
+ * messages and their bytes). */
+static inline void ezi_window_tally_sum(ezi_window *w, uint64_t value) {
+  ezi_window_bucket *b = &w->buckets[w->cur];
+  b->count++;
+  if (__builtin_add_overflow(b->sum, value, &b->sum)) b->sum = UINT64_MAX;
+}
+
+/* A duration from stamp t0 to stamp t1 (either may be EZI_UNSTAMPED: then only a tally;
+ * t1 < t0, stamps of two processes, counts as 0). */
+static inline void ezi_window_span(ezi_window *w, uint64_t t0, uint64_t t1) {
+  if (t0 == EZI_UNSTAMPED || t1 == EZI_UNSTAMPED)
+    ezi_window_tally(w);
+  else
+    ezi_window_add(w, t1, t1 > t0 ? t1 - t0 : 0);
 }
 
 #else /* EZ_NO_TELEMETRY */
@@ -167,6 +197,16 @@ static inline void ezi_window_count(ezi_window *w, uint64_t now_ns, uint64_t val
   (void)w;
   (void)now_ns;
   (void)value;
+}
+static inline void ezi_window_tally(ezi_window *w) { (void)w; }
+static inline void ezi_window_tally_sum(ezi_window *w, uint64_t value) {
+  (void)w;
+  (void)value;
+}
+static inline void ezi_window_span(ezi_window *w, uint64_t t0, uint64_t t1) {
+  (void)w;
+  (void)t0;
+  (void)t1;
 }
 
 #endif /* EZ_NO_TELEMETRY */

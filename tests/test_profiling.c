@@ -15,6 +15,7 @@
  * suites, and under ASan/UBSan. Each one is explained where it is asserted. */
 #include "harness.h"
 #include "rawproto.h"
+#include "telclock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -550,6 +551,73 @@ static void test_local_and_context_profile(void **state) {
 
   assert_int_equal(ez_context_profile(NULL, 1.0, &z), EZ_EINVAL);
   assert_int_equal(ez_context_profile(ctx, 1.0, NULL), EZ_EINVAL);
+  ez_sub_destroy(sub);
+  ez_pub_destroy(pub);
+  ez_context_close(ctx);
+}
+
+typedef struct drain_arg {
+  ez_sub *sub;
+  int n, got;
+} drain_arg;
+
+static void *drain_thread(void *arg) {
+  drain_arg *a = arg;
+  ez_msg m;
+  while (a->got < a->n && ez_recv(a->sub, &m, TMO) == 0) {
+    a->got++;
+    ez_msg_release(&m);
+  }
+  return NULL;
+}
+
+/* Above ~500 k messages/s stamps are sampled (telclock.h): every message is still counted
+ * (messages, backpressure and processing samples exactly n), the durations come from the
+ * stamped ones: at least one in EZI_STAMP_MAX_EVERY, and fewer than all. */
+static void test_high_rate_sampling(void **state) {
+  fixture *f = *state;
+  NEEDS_TELEMETRY();
+  ez_context *ctx = NULL;
+  assert_int_equal(ez_context_open(f->addr, &ctx), 0);
+  ez_pub *pub = NULL;
+  ez_sub *sub = NULL;
+  assert_int_equal(ez_pub_create(ctx, "/prof/fast", NULL, &pub), 0);
+  assert_int_equal(ez_sub_create(ctx, "/prof/fast", NULL, &sub), 0);
+  drain_arg a = {.sub = sub, .n = 300000};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, drain_thread, &a), 0);
+  static uint8_t buf[64];
+  for (int i = 0; i < a.n; i++)
+    assert_int_equal(ez_publish(pub, buf, sizeof buf, TMO), 0);
+  pthread_join(t, NULL);
+  assert_int_equal(a.got, a.n);
+  assert_int_equal(ez_pub_flush(pub, TMO), 0);
+
+  char *json = NULL;
+  assert_int_equal(ez_context_profile(ctx, 10.0, &json), 0);
+  ez_profile_data d;
+  assert_int_equal(ez_profile_parse(json, &d), 0);
+  const ez_profile_pub *p = find_pub(&d, ez_pub_id(pub));
+  assert_non_null(p);
+  const ez_profile_channel *c = find_chan_of(&d, ez_pub_id(pub), getpid());
+  assert_non_null(c);
+  const ez_latency *bp = &p->backpressure, *proc = &c->subscribers[0].processing;
+  print_message("    %d messages: backpressure %llu timed, processing %llu timed, avg %.4f ms\n",
+                a.n, (unsigned long long)bp->timed_samples, (unsigned long long)proc->timed_samples,
+                proc->avg_ms);
+  assert_int_equal(p->messages_window, a.n);
+  assert_true(p->bytes_window == (uint64_t)a.n * sizeof buf);
+  assert_int_equal(bp->samples, a.n);
+  assert_int_equal(proc->samples, a.n);
+  assert_true(bp->timed_samples >= (uint64_t)a.n / EZI_STAMP_MAX_EVERY);
+  assert_true(bp->timed_samples < (uint64_t)a.n);
+  /* The receiver times exactly the messages the publisher stamped. */
+  assert_int_equal(proc->timed_samples, bp->timed_samples);
+  assert_true(proc->avg_ms > 0 && bp->avg_ms > 0);
+  check_latency_order(proc);
+  check_latency_order(bp);
+  ez_profile_data_free(&d);
+  free(json);
   ez_sub_destroy(sub);
   ez_pub_destroy(pub);
   ez_context_close(ctx);
@@ -1149,6 +1217,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_rate_processing_shm, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rate_processing_tcp, setup, teardown),
       cmocka_unit_test_setup_teardown(test_local_and_context_profile, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_high_rate_sampling, setup, teardown),
       cmocka_unit_test_setup_teardown(test_silent_and_leaving_clients, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bug_sub_destroy_with_queued_message, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mutual_subscription, setup, teardown),

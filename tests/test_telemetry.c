@@ -106,15 +106,16 @@ static json_t *roundtrip(json_t *j) {
   return back;
 }
 
-static const char *const latency_keys[] = {"avg_ms", "max_ms", "p50_ms", "p99_ms", "samples"};
+static const char *const latency_keys[] = {"avg_ms", "max_ms",  "p50_ms",
+                                           "p99_ms", "samples", "timed_samples"};
 static const char *const pub_keys[] = {"window_s", "message_rate_hz", "byte_rate_per_s",
                                        "messages", "bytes",           "backpressure"};
 UNUSED static const char *const total_window_keys[] = {"total", "window"};
-UNUSED static const char *const bp_keys[] = {"avg_ms", "max_ms",  "p50_ms",
-                                             "p99_ms", "samples", "in_flight"};
-static const char *const sub_keys[] = {"subscriber_id", "handle",          "avg_ms",
-                                       "max_ms",        "p50_ms",          "p99_ms",
-                                       "samples",       "message_rate_hz", "in_flight"};
+UNUSED static const char *const bp_keys[] = {"avg_ms",  "max_ms",        "p50_ms",   "p99_ms",
+                                             "samples", "timed_samples", "in_flight"};
+static const char *const sub_keys[] = {"subscriber_id",   "handle",   "avg_ms",  "max_ms",
+                                       "p50_ms",          "p99_ms",   "samples", "timed_samples",
+                                       "message_rate_hz", "in_flight"};
 #define NKEYS(a) (sizeof(a) / sizeof(a[0]))
 
 /* ---- common to both builds ------------------------------------------------------------------ */
@@ -166,7 +167,49 @@ static void test_count_sum_max_avg(void **state) {
   assert_true(s.window_s == 0.5);
 }
 
-/* ezi_window_count keeps the count and sum of ezi_window_add, over the same buckets and edges. */
+/* Unstamped events (sampled stamps, telclock.h): a tally counts in the newest stamped event's
+ * bucket and times nothing; durations, their avg, max and percentiles come from the timed ones. */
+static void test_tally_and_span(void **state) {
+  ezi_window *w = *state;
+  for (uint64_t i = 1; i <= 4; i++) /* 10, 20, 30, 40 ms, stamped at T0 + 1 s */
+    ezi_window_span(w, T0 + SEC - i * 10 * MS, T0 + SEC);
+  for (int i = 0; i < 12; i++) {
+    ezi_window_tally(w);
+    ezi_window_span(w, EZI_UNSTAMPED, T0 + SEC + 5 * MS); /* unstamped start: a tally too */
+    ezi_window_span(w, T0, EZI_UNSTAMPED);                /* unstamped end: a tally too */
+  }
+  ezi_window_span(w, T0 + SEC + 20 * MS, T0 + SEC + 10 * MS); /* two processes' clocks: 0 */
+  ezi_window_stats s = query(w, T0 + SEC + 50 * MS, 2.0);
+  assert_int_equal(s.count, 4 + 36 + 1);
+  assert_int_equal(s.timed, 5);
+  assert_true(s.sum == 100.0 * MS);
+  assert_true(s.avg == 20.0 * MS);
+  assert_true(s.max == 40.0 * MS);
+  assert_true(s.p50 >= 20.0 * MS / (1 + PCT_ERR) && s.p50 <= 20.0 * MS * (1 + PCT_ERR));
+  /* The tallies went into the bucket of T0 + 1 s: a window that ends before it holds none. */
+  assert_int_equal(query(w, T0 + SEC - 60 * MS, 0.5).count, 0);
+  /* The JSON says how many were timed. */
+  json_t *j = ezi_latency_json(&s);
+  assert_non_null(j);
+  assert_int_equal(jint(j, "samples"), 41);
+  assert_int_equal(jint(j, "timed_samples"), 5);
+  json_decref(j);
+}
+
+/* ezi_window_tally_sum: messages and bytes of unstamped messages, next to stamped ones. */
+static void test_tally_sum(void **state) {
+  ezi_window *w = *state;
+  ezi_window_count(w, T0 + 10 * MS, 100);
+  for (int i = 0; i < 15; i++)
+    ezi_window_tally_sum(w, 100);
+  ezi_window_stats s = query(w, T0 + 20 * MS, 1.0);
+  assert_int_equal(s.count, 16);
+  assert_true(s.sum == 1600);
+  assert_int_equal(s.timed, 0);
+}
+
+/* ezi_window_count keeps the count and sum of ezi_window_add, over the same buckets and edges,
+ * and times nothing. */
 static void test_count_only(void **state) {
   ezi_window *w = *state, *full = malloc(sizeof *full);
   assert_non_null(full);
@@ -180,7 +223,9 @@ static void test_count_only(void **state) {
   for (double win = 0; win <= 10.0; win += 0.25) {
     ezi_window_stats c = query(w, T0 + 30 * SEC, win), f = query(full, T0 + 30 * SEC, win);
     assert_int_equal(c.count, f.count);
-    assert_true(c.sum == f.sum && c.avg == f.avg);
+    assert_int_equal(f.timed, f.count);
+    assert_int_equal(c.timed, 0);
+    assert_true(c.sum == f.sum && c.avg == 0 && c.max == 0);
   }
   ezi_window_stats c = query(w, T0 + 30 * SEC, 2.0);
   assert_int_equal(c.count, 20);
@@ -492,7 +537,7 @@ static void test_constant_memory_and_speed(void **state) {
   assert_int_equal(sizeof(ezi_window),
                    offsetof(ezi_window, buckets) + EZI_WINDOW_BUCKETS * sizeof(ezi_window_bucket));
   assert_true(offsetof(ezi_window, buckets) <= 16);
-  assert_int_equal(sizeof(ezi_window_bucket), 800);
+  assert_int_equal(sizeof(ezi_window_bucket), 808);
   assert_true(sizeof(ezi_window) <= 96 * 1024);
   assert_int_equal(EZI_WINDOW_BUCKET_NS * (EZI_WINDOW_BUCKETS - 1), 10 * SEC);
 
@@ -702,6 +747,8 @@ int main(void) {
       WT(test_empty),
       WT(test_count_sum_max_avg),
       WT(test_count_only),
+      WT(test_tally_and_span),
+      WT(test_tally_sum),
       WT(test_single_values),
       WT(test_percentiles_uniform),
       WT(test_percentiles_bimodal),

@@ -348,7 +348,10 @@ int ez_context_profile(ez_context *ctx, double window_s, char **json);
 
 typedef struct ez_latency {
   double avg_ms, max_ms, p50_ms, p99_ms;
-  uint64_t samples;
+  uint64_t samples;       /* events in the window */
+  uint64_t timed_samples; /* those the durations come from: all of them below ~500 k messages/s,
+                           * a sample above (docs/profiling.md); `samples` if the document does
+                           * not say (Python ezmsg times every one) */
   uint64_t in_flight;
 } ez_latency;
 
