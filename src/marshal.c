@@ -25,16 +25,16 @@ _Static_assert(EZI_MARSHAL_BYTES_HDR == 58, "bytes header length");
 void ezi_marshal_bytes_header(uint8_t *dst, uint64_t msg_id, uint64_t payload_len) {
   dst[0] = 'E';
   dst[1] = 'Z';
-  ezi_put_le64(dst + 2, msg_id);
-  ezi_put_le64(dst + 10, 2);
-  ezi_put_le64(dst + 18, EZI_PICKLE_BYTES_STUB_LEN);
-  ezi_put_le64(dst + 26, payload_len);
+  ezi_put_u64le(dst + 2, msg_id);
+  ezi_put_u64le(dst + 10, 2);
+  ezi_put_u64le(dst + 18, EZI_PICKLE_BYTES_STUB_LEN);
+  ezi_put_u64le(dst + 26, payload_len);
   memcpy(dst + 34, k_stub, EZI_PICKLE_BYTES_STUB_LEN);
 }
 
 int ezi_marshal_msg_id(const uint8_t *p, size_t len, uint64_t *msg_id) {
   if (!p || len < 10 || p[0] != 'E' || p[1] != 'Z') return EZ_EPROTO;
-  *msg_id = ezi_get_le64(p + 2);
+  *msg_id = ezi_get_u64le(p + 2);
   return 0;
 }
 
@@ -96,29 +96,29 @@ static bool pickled_bytes(const uint8_t *q, size_t len, const uint8_t **data, si
 
 int ezi_unmarshal(const uint8_t *p, size_t len, ezi_unmarshalled *out) {
   if (!p || !out || len < EZI_MARSHAL_FIXED || p[0] != 'E' || p[1] != 'Z') return EZ_EPROTO;
-  uint64_t nbuf = ezi_get_le64(p + 10);
+  uint64_t nbuf = ezi_get_u64le(p + 10);
   size_t rem = len - EZI_MARSHAL_FIXED;
   if (nbuf == 0 || nbuf > rem / 8) return EZ_EPROTO;
   rem -= (size_t)nbuf * 8; /* no overflow: nbuf * 8 <= rem */
   const uint8_t *lens = p + EZI_MARSHAL_FIXED;
   for (uint64_t i = 0; i < nbuf; i++) {
-    uint64_t l = ezi_get_le64(lens + 8 * i);
+    uint64_t l = ezi_get_u64le(lens + 8 * i);
     if (l > rem) return EZ_EPROTO;
     rem -= (size_t)l;
   }
   memset(out, 0, sizeof *out);
-  out->msg_id = ezi_get_le64(p + 2);
+  out->msg_id = ezi_get_u64le(p + 2);
   out->nbuf = nbuf;
   out->size = len - rem;
   out->lens = lens;
   out->bufs = lens + nbuf * 8;
 
   const uint8_t *b0 = out->bufs;
-  size_t b0_len = (size_t)ezi_get_le64(lens);
+  size_t b0_len = (size_t)ezi_get_u64le(lens);
   if (nbuf == 2 && b0_len == EZI_PICKLE_BYTES_STUB_LEN &&
       memcmp(b0, k_stub, EZI_PICKLE_BYTES_STUB_LEN) == 0) {
     out->payload = b0 + b0_len;
-    out->payload_len = (size_t)ezi_get_le64(lens + 8);
+    out->payload_len = (size_t)ezi_get_u64le(lens + 8);
     return 0;
   }
   if (nbuf == 1 && pickled_bytes(b0, b0_len, &out->payload, &out->payload_len)) return 0;
@@ -131,7 +131,7 @@ int ezi_unmarshal(const uint8_t *p, size_t len, ezi_unmarshalled *out) {
 void ezi_unmarshal_buf(const ezi_unmarshalled *u, uint64_t i, const uint8_t **data, size_t *len) {
   const uint8_t *b = u->bufs;
   for (uint64_t k = 0; k < i; k++)
-    b += ezi_get_le64(u->lens + 8 * k);
+    b += ezi_get_u64le(u->lens + 8 * k);
   *data = b;
-  *len = (size_t)ezi_get_le64(u->lens + 8 * i);
+  *len = (size_t)ezi_get_u64le(u->lens + 8 * i);
 }

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "le.h"
+
 /* "EZ" + u64 msg_id + u64 nbuf: the fixed part before the buffer lengths. */
 #define EZI_MARSHAL_FIXED 18
 /* Length of the pickle stub below. */
@@ -34,18 +36,6 @@
 /* Bytes before the payload of a C bytes message: "EZ" (2) + msg_id (8) + nbuf (8) + two lengths
  * (16) + stub (24) = 58. The whole message is EZI_MARSHAL_BYTES_HDR + payload_len bytes. */
 #define EZI_MARSHAL_BYTES_HDR (EZI_MARSHAL_FIXED + 16 + EZI_PICKLE_BYTES_STUB_LEN)
-
-/* Little-endian u64 load/store at any alignment. */
-static inline uint64_t ezi_get_le64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--)
-    v = (v << 8) | p[i];
-  return v;
-}
-static inline void ezi_put_le64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++)
-    p[i] = (uint8_t)(v >> (8 * i));
-}
 
 /* Writes the EZI_MARSHAL_BYTES_HDR bytes that precede a bytes payload of `payload_len` bytes
  * (preamble, msg_id, nbuf = 2, lengths {24, payload_len}, pickle stub) into dst, which must have

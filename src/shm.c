@@ -1,6 +1,7 @@
 /* POSIX shared-memory segments in the ezmsg layout (see shm.h). */
 #include "shm.h"
 #include "internal.h"
+#include "le.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,17 +12,6 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static uint64_t get_le64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--)
-    v = (v << 8) | p[i];
-  return v;
-}
-static void put_le64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++)
-    p[i] = (uint8_t)(v >> (8 * i));
-}
 
 /* Largest value an off_t holds. */
 #define EZI_OFF_MAX (sizeof(off_t) >= 8 ? (uint64_t)INT64_MAX : (uint64_t)INT32_MAX)
@@ -116,8 +106,8 @@ int ezi_shm_create(uint64_t num_buffers, uint64_t buf_size, ezi_shm *out) {
     goto fail;
   }
   close(fd);
-  put_le64(base, num_buffers);
-  put_le64(base + 8, stride);
+  ezi_put_u64le(base, num_buffers);
+  ezi_put_u64le(base + 8, stride);
   memcpy(out->name, name, sizeof name);
   out->base = base;
   out->size = (size_t)total;
@@ -172,7 +162,7 @@ int ezi_shm_attach(const char *name, ezi_shm *out) {
     EZI_WARN("mmap(%s, %zu bytes) failed: %s", path, size, strerror(e));
     return sys_err(e);
   }
-  uint64_t nb = get_le64(base), stride = get_le64(base + 8);
+  uint64_t nb = ezi_get_u64le(base), stride = ezi_get_u64le(base + 8);
   if (nb < 1 || stride < 16 || nb > UINT64_MAX / stride || nb * stride != (uint64_t)size) {
     EZI_DEBUG("segment %s: header (%llu buffers x %llu) does not match its size %zu", name,
               (unsigned long long)nb, (unsigned long long)stride, size);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ezmsg/ezmsg.h"
+#include "le.h"
 
 enum ezi_cmd {
   EZI_COMPLETE = 0,
@@ -48,17 +49,6 @@ enum ezi_cmd {
 };
 /* Name of a command byte for log lines ("?" if unknown). */
 const char *ezi_cmd_name(unsigned cmd);
-
-static inline void ezi_put_u64le(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++)
-    p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline uint64_t ezi_get_u64le(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--)
-    v = (v << 8) | p[i];
-  return v;
-}
 
 /* ---- output buffer ---------------------------------------------------------------------------
  * Bytes [off, len) are pending. Not thread-safe. A zeroed struct is an empty buffer. */

@@ -904,7 +904,7 @@ static void fake_pub_handshake(fake_pub *fp, uint64_t nbuf, char chan_id[64]) {
   assert_int_equal(cmd, SHM_ATTACH_FAILED);
   assert_int_equal(rp_rd_u64(fp->data), (uint64_t)getpid());
   uint8_t done[9] = {COMPLETE};
-  ezi_put_le64(done + 1, nbuf);
+  ezi_put_u64le(done + 1, nbuf);
   rp_wr(fp->data, done, 9);
   /* An ezmsg-c channel offers to hold a larger TCP window (src/pubwin.c); we play a publisher
    * that keeps the protocol's. */
@@ -931,8 +931,8 @@ static uint8_t *tx_frame(uint64_t msg_id, const char *payload, size_t *len) {
   uint8_t *b = malloc(17 + ml);
   assert_non_null(b);
   b[0] = TX_TCP;
-  ezi_put_le64(b + 1, msg_id);
-  ezi_put_le64(b + 9, ml);
+  ezi_put_u64le(b + 1, msg_id);
+  ezi_put_u64le(b + 9, ml);
   ezi_marshal_bytes_header(b + 17, msg_id, pl);
   memcpy(b + 17 + EZI_MARSHAL_BYTES_HDR, payload, pl);
   *len = 17 + ml;
@@ -974,7 +974,7 @@ static void test_channel_cut_mid_message(void **state) {
     uint8_t ack[9];
     assert_int_equal(rp_rd_exact(fp.data, ack, 9, TMO), 0);
     assert_int_equal(ack[0], RX_ACK);
-    assert_int_equal(ezi_get_le64(ack + 1), 0);
+    assert_int_equal(ezi_get_u64le(ack + 1), 0);
 
     /* Then part of the next one, and the connection is cut. */
     fr = tx_frame(1, body, &n);
@@ -1022,7 +1022,7 @@ static void fake_pub_roundtrip(fake_pub *fp, ez_sub *sub, uint64_t msg_id, const
   uint8_t ack[9];
   assert_int_equal(rp_rd_exact(fp->data, ack, 9, TMO), 0);
   assert_int_equal(ack[0], RX_ACK);
-  assert_int_equal(ezi_get_le64(ack + 1), msg_id);
+  assert_int_equal(ezi_get_u64le(ack + 1), msg_id);
 }
 
 /* A publisher that is still registered but whose channel fails (closed during the handshake, or

@@ -1,0 +1,22 @@
+/* Little-endian u64 loads and stores at any alignment: the byte order of every integer on the
+ * ezmsg wire and in its shared memory. memcpy of 8 bytes compiles to one move (the byte-by-byte
+ * loops these replace did not: ~30 instructions per integer, 4-5 integers per message). */
+#ifndef EZI_LE_H
+#define EZI_LE_H
+
+#include <endian.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline uint64_t ezi_get_u64le(const uint8_t *p) {
+  uint64_t v;
+  memcpy(&v, p, sizeof v);
+  return le64toh(v);
+}
+
+static inline void ezi_put_u64le(uint8_t *p, uint64_t v) {
+  v = htole64(v);
+  memcpy(p, &v, sizeof v);
+}
+
+#endif
