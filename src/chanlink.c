@@ -77,6 +77,7 @@ static long data_frame(chan *c, uint64_t now) {
   }
   ezi_unmarshalled um;
   uint8_t *owned = NULL;
+  size_t owned_cap = 0;
   ezi_seg *seg = NULL;
   if (cmd == EZI_TX_SHM) {
     if (!c->seg || strlen(c->seg->shm.name) != nn || memcmp(c->seg->shm.name, name, nn)) {
@@ -88,7 +89,7 @@ static long data_frame(chan *c, uint64_t now) {
     if (ezi_unmarshal(d, ezi_seg_room(seg), &um) || um.msg_id != msg_id) return EZ_EPROTO;
   } else {
     const uint8_t *d = f.body;
-    owned = malloc(size ? (size_t)size : 1);
+    owned = ezi_chan_buf_take(c, size ? (size_t)size : 1, &owned_cap);
     if (!owned) return EZ_ENOMEM;
     memcpy(owned, d, (size_t)size);
     if (ezi_unmarshal(owned, (size_t)size, &um) || um.size != size || um.msg_id != msg_id) {
@@ -98,7 +99,7 @@ static long data_frame(chan *c, uint64_t now) {
   }
   pthread_mutex_lock(&c->mu);
   c->mode = cmd == EZI_TX_SHM ? "shm" : "tcp";
-  int took = ezi_chan_deliver(c, msg_id, &um, owned, seg, now);
+  int took = ezi_chan_deliver(c, msg_id, &um, owned, owned_cap, seg, now);
   pthread_mutex_unlock(&c->mu);
   if (took < 0) return EZ_EPROTO;
   if (!took) ezi_chan_ack(c, msg_id);

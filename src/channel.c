@@ -49,8 +49,39 @@ bool ezi_chan_sub_idle(chan_sub *cs) {
 
 /* ---- slots --------------------------------------------------------------------------------- */
 
-static void slot_clear(slot *s) {
-  free(s->owned);
+uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap) {
+  uint32_t h = c->spare_head, t = __atomic_load_n(&c->spare_tail, __ATOMIC_ACQUIRE);
+  if (h != t) {
+    uint8_t *p = c->spare[h % EZI_CHAN_SPARES].p;
+    size_t have = c->spare[h % EZI_CHAN_SPARES].cap;
+    __atomic_store_n(&c->spare_head, h + 1, __ATOMIC_RELEASE);
+    if (have >= n) {
+      *cap = have;
+      return p;
+    }
+    free(p); /* too small for this one */
+  }
+  *cap = n < 256 ? 256 : n;
+  return malloc(*cap);
+}
+
+/* Gives a TX_TCP buffer back for ezi_chan_buf_take (c->mu held, or c no longer shared): kept
+ * while there is room and it is small, else freed. */
+static void buf_give(chan *c, uint8_t *p, size_t cap) {
+  if (!p) return;
+  uint32_t t = c->spare_tail, h = __atomic_load_n(&c->spare_head, __ATOMIC_ACQUIRE);
+  if (cap > EZI_CHAN_SPARE_MAX || t - h >= EZI_CHAN_SPARES) {
+    free(p);
+    return;
+  }
+  c->spare[t % EZI_CHAN_SPARES].p = p;
+  c->spare[t % EZI_CHAN_SPARES].cap = cap;
+  __atomic_store_n(&c->spare_tail, t + 1, __ATOMIC_RELEASE);
+}
+
+/* Empties a slot (c->mu held, or c no longer shared). */
+static void slot_clear(chan *c, slot *s) {
+  buf_give(c, s->owned, s->owned_cap);
   free(s->iov);
   ezi_seg_unref(s->seg);
   *s = (slot){0};
@@ -71,7 +102,7 @@ void ezi_chan_ack(chan *c, uint64_t msg_id) {
 }
 
 int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
-                     ezi_seg *seg, uint64_t now) {
+                     size_t owned_cap, ezi_seg *seg, uint64_t now) {
   slot *s = &c->slots[msg_id % c->nslot];
   if (s->live) { /* the publisher broke backpressure: refuse, keep what subscribers hold */
     EZI_WARN("channel %s: publisher reused the slot of message %llu before it was released", c->id,
@@ -97,6 +128,7 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
   s->live = true;
   s->um = *um;
   s->owned = owned;
+  s->owned_cap = owned_cap;
   s->seg = seg;
   if (seg) ezi_seg_ref(seg);
   if (um->raw_pickle && (s->iov = calloc((size_t)um->nbuf, sizeof *s->iov))) {
@@ -117,7 +149,7 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
     s->refs++;
   }
   if (!s->refs) { /* nobody could take it after all */
-    slot_clear(s);
+    slot_clear(c, s);
     return 0;
   }
   s->bytes = bytes;
@@ -219,7 +251,7 @@ void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
     if (--s->refs == 0) {
       c->live_n--;
       c->live_bytes -= s->bytes;
-      slot_clear(s);
+      slot_clear(c, s);
       /* Under c->mu: once it is unlocked, a leave on another thread may free cs and with it
        * the last reference to c. (The outbox only takes its own lock.) */
       ezi_chan_ack(c, msg_id);
@@ -399,7 +431,9 @@ static void chan_destroy(chan *c) {
   ezi_chan_link_close(c);
   ezi_chan_graph_close(c);
   for (uint32_t i = 0; c->slots && i < c->nslot; i++)
-    slot_clear(&c->slots[i]);
+    slot_clear(c, &c->slots[i]);
+  for (uint32_t h = c->spare_head; h != c->spare_tail; h++)
+    free(c->spare[h % EZI_CHAN_SPARES].p);
   ezi_lchan_ring_free(c);
   ezi_seg_unref(c->seg);
   ezi_seg_unref(c->kept_seg);

@@ -6,15 +6,22 @@
 #include "context.h"
 #include "shmring.h"
 
+/* Spare TX_TCP buffers a channel keeps (chan.spare): at most this many (a TCP window's worth),
+ * of at most this size (bigger ones are freed): at most 8 MiB per channel (the TCP window's byte
+ * budget), and only once that much was in flight at the same time. */
+#define EZI_CHAN_SPARES 1024u
+#define EZI_CHAN_SPARE_MAX 8192u
+
 typedef struct slot {
   uint64_t msg_id;
   bool live;
   uint32_t refs; /* subscribers still holding it */
   ezi_unmarshalled um;
-  uint8_t *owned; /* TX_TCP bytes */
-  ezi_seg *seg;   /* the segment the bytes live in */
-  ez_iov *iov;    /* raw pickles: the buffers */
-  uint64_t bytes; /* TX_TCP: the frame's size, counted against a window's budget */
+  uint8_t *owned;   /* TX_TCP bytes ... */
+  size_t owned_cap; /* ... in a buffer of this size (ezi_chan_buf_take) */
+  ezi_seg *seg;     /* the segment the bytes live in */
+  ez_iov *iov;      /* raw pickles: the buffers */
+  uint64_t bytes;   /* TX_TCP: the frame's size, counted against a window's budget */
 } slot;
 
 /* An entry of a local channel's ring (localchan.c): written by the publisher before it publishes
@@ -97,6 +104,14 @@ struct chan {
   ezi_buf pin;
   ezi_outbox acks;
   ezi_stamper stamps; /* which deliveries are timed (telclock.h) */
+  /* TX_TCP buffers the releases freed, handed back to the I/O thread for the next frames, so
+   * that a message costs no malloc and no free across threads: a ring filled under c->mu
+   * (slot_clear) and emptied by the I/O thread alone (ezi_chan_buf_take). */
+  struct {
+    uint8_t *p;
+    size_t cap;
+  } spare[EZI_CHAN_SPARES];
+  uint32_t spare_head, spare_tail; /* atomic: the I/O thread moves head, the filler tail */
   ezi_seg *seg;
   uint64_t hs_timer; /* the registration's, then the handshake's deadline */
   bool reg_sent;     /* the CHANNEL request went out (registration) */
@@ -123,11 +138,16 @@ void ezi_chan_link_close(chan *c);
  * waiting subscribers. Returns 0 if the channel is ready and still there; otherwise (failed, or
  * every subscriber left meanwhile) it may be gone: touch nothing. I/O thread. */
 int ezi_chan_link_done(chan *c, int rc);
-/* Stores a validated message (taking `owned`) and notifies the subscribers (c->mu held). Returns
- * 1 if someone took it, 0 if nobody listens (the caller acks it), -1 if its slot is still held
- * (the publisher broke backpressure: a protocol error). */
+/* A buffer of at least n bytes for a TX_TCP frame's bytes: a spare one a release gave back, or a
+ * new one (at least 256 bytes, so that small sizes share them); *cap gets its size. NULL when
+ * out of memory. I/O thread only. */
+uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap);
+/* Stores a validated message (taking `owned`, a buffer of owned_cap bytes from
+ * ezi_chan_buf_take, or NULL) and notifies the subscribers (c->mu held). Returns 1 if someone
+ * took it, 0 if nobody listens (the caller acks it), -1 if its slot is still held (the publisher
+ * broke backpressure: a protocol error). */
 int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
-                     ezi_seg *seg, uint64_t now);
+                     size_t owned_cap, ezi_seg *seg, uint64_t now);
 /* channel.c: an ezmsg-c publisher's X_WIN: from message start_id on, up to msgs TX_TCP messages
  * may be unacknowledged, holding at most bytes beyond the first nbuf. The channel holds nothing
  * at this point (the publisher waited). EZ_EPROTO if the window breaks the limits or something is

@@ -459,6 +459,36 @@ static void test_destroy_with_queue_of_lost_link(void **state) {
   queue_outlives_link(false);
 }
 
+/* A channel hands the buffers of released TX_TCP messages back to its I/O thread for the next
+ * frames (chan.spare, at most 8 KiB each). Messages of changing sizes, some larger than the
+ * spare they would get, some too large to be kept, 0 and 1 bytes: each arrives intact. */
+static void test_spare_buffers(void **state) {
+  (void)state;
+  ez_context *ctx = open_ctx(NULL);
+  ez_sub *s = NULL;
+  assert_int_equal(ez_sub_create(ctx, "/win/spare", NULL, &s), 0);
+  fake f;
+  fake_pub_start(&f, "/win/spare");
+  fake_win(&f, 0, 256, 8 << 20);
+  /* 8134 + the 58-byte header = 8192: the largest buffer kept. */
+  static const size_t sizes[] = {50, 3000, 8000, 200, 9000, 1, 0, 8134, 4096, 77, 8135};
+  const size_t n_sizes = sizeof sizes / sizeof sizes[0];
+  uint64_t id = 0;
+  for (int round = 0; round < 12; round++) {
+    uint64_t first = id;
+    for (int k = 0; k < 100; k++, id++)
+      fake_send(&f, id, sizes[id % n_sizes]);
+    for (uint64_t j = first; j < id; j++) {
+      ez_msg m;
+      expect_msg(s, &m, j, sizes[j % n_sizes]);
+      ez_msg_release(&m);
+    }
+  }
+  fake_end(&f);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
 /* ---- real processes ------------------------------------------------------------------------ */
 
 /* `ezmsg pub --force-tcp --num-buffers 4` in a child process -> a subscriber here: everything
@@ -506,6 +536,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_channel_too_small, setup, teardown),
       cmocka_unit_test_setup_teardown(test_queue_outlives_link, setup, teardown),
       cmocka_unit_test_setup_teardown(test_destroy_with_queue_of_lost_link, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_spare_buffers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stream_with_window, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stream_without_window, setup, teardown),
   };
