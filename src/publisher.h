@@ -85,6 +85,8 @@ struct ez_pub {
    * messages are stamped (telclock.h). */
   ezi_window *tel_msgs, *tel_bp;
   ezi_stamper stamps;
+  uint64_t msgs_seen, bytes_seen; /* the totals when tel_msgs last had them (the rest: unstamped) */
+  uint64_t bp_untimed;            /* leases freed unstamped, not in tel_bp yet */
 };
 
 /* pubserve.c */

@@ -72,7 +72,7 @@ void ezi_win_sent(ez_pub *p, pub_chan *pc, uint64_t id, uint64_t bytes, uint64_t
 /* Frees entry k (taken), counting its backpressure until `now`. */
 static void entry_free(ez_pub *p, pub_chan *pc, uint32_t k, uint64_t now) {
   uint64_t t0 = pc->win_t0[k];
-  ezi_window_span(p->tel_bp, t0, now);
+  ezi_window_span(p->tel_bp, t0, now, &p->bp_untimed);
   pc->win_t0[k] = 0;
   pc->win_n--;
   pc->win_bytes -= pc->win_len[k];

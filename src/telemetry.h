@@ -155,27 +155,35 @@ static inline void ezi_window_add(ezi_window *w, uint64_t now_ns, uint64_t value
   b->hist[ezi_window_bin(value)]++;
 }
 
-/* Counts one event without a value or a time of its own (an event whose time was not stamped,
- * see EZI_UNSTAMPED): it goes into the bucket of the window's newest stamped event. At rates
+/* Counts n events without a value or a time of their own (events whose time was not stamped,
+ * see EZI_UNSTAMPED; their owner counted them in a plain counter meanwhile, which costs less per
+ * event than a window): they go into the bucket of the window's newest stamped event. At rates
  * where stamps are sampled that bucket is microseconds old, except for the few events after a
- * pause, before the next stamp (at most EZI_STAMP_MAX_EVERY - 1 of them). */
-static inline void ezi_window_tally(ezi_window *w) { w->buckets[w->cur].count++; }
-
-/* As ezi_window_tally, with a value counted in the sum only (ezi_window_count's unstamped twin:
- * messages and their bytes). */
-static inline void ezi_window_tally_sum(ezi_window *w, uint64_t value) {
+ * pause, before the next stamp (at most EZI_STAMP_MAX_EVERY - 1 of them). With a sum of their
+ * values (messages and their bytes), or without. */
+static inline void ezi_window_tally_n(ezi_window *w, uint64_t n, uint64_t sum) {
   ezi_window_bucket *b = &w->buckets[w->cur];
-  b->count++;
-  if (__builtin_add_overflow(b->sum, value, &b->sum)) b->sum = UINT64_MAX;
+  b->count += (uint32_t)n;
+  if (__builtin_add_overflow(b->sum, sum, &b->sum)) b->sum = UINT64_MAX;
 }
 
-/* A duration from stamp t0 to stamp t1 (either may be EZI_UNSTAMPED: then only a tally;
- * t1 < t0, stamps of two processes, counts as 0). */
-static inline void ezi_window_span(ezi_window *w, uint64_t t0, uint64_t t1) {
-  if (t0 == EZI_UNSTAMPED || t1 == EZI_UNSTAMPED)
-    ezi_window_tally(w);
-  else
-    ezi_window_add(w, t1, t1 > t0 ? t1 - t0 : 0);
+/* Moves the events counted in *pending into the window (before a query, or before a stamped
+ * event is added). */
+static inline void ezi_window_fold(ezi_window *w, uint64_t *pending) {
+  if (*pending) ezi_window_tally_n(w, *pending, 0);
+  *pending = 0;
+}
+
+/* A duration from stamp t0 to stamp t1. If either is EZI_UNSTAMPED the event is only counted, in
+ * *pending, until the next timed one or a query folds it in; t1 < t0 (stamps of two processes)
+ * counts as 0. */
+static inline void ezi_window_span(ezi_window *w, uint64_t t0, uint64_t t1, uint64_t *pending) {
+  if (t0 == EZI_UNSTAMPED || t1 == EZI_UNSTAMPED) {
+    ++*pending;
+    return;
+  }
+  ezi_window_fold(w, pending);
+  ezi_window_add(w, t1, t1 > t0 ? t1 - t0 : 0);
 }
 
 #else /* EZ_NO_TELEMETRY */
@@ -198,15 +206,20 @@ static inline void ezi_window_count(ezi_window *w, uint64_t now_ns, uint64_t val
   (void)now_ns;
   (void)value;
 }
-static inline void ezi_window_tally(ezi_window *w) { (void)w; }
-static inline void ezi_window_tally_sum(ezi_window *w, uint64_t value) {
+static inline void ezi_window_tally_n(ezi_window *w, uint64_t n, uint64_t sum) {
   (void)w;
-  (void)value;
+  (void)n;
+  (void)sum;
 }
-static inline void ezi_window_span(ezi_window *w, uint64_t t0, uint64_t t1) {
+static inline void ezi_window_fold(ezi_window *w, uint64_t *pending) {
+  (void)w;
+  (void)pending;
+}
+static inline void ezi_window_span(ezi_window *w, uint64_t t0, uint64_t t1, uint64_t *pending) {
   (void)w;
   (void)t0;
   (void)t1;
+  (void)pending;
 }
 
 #endif /* EZ_NO_TELEMETRY */

@@ -167,41 +167,51 @@ static void test_count_sum_max_avg(void **state) {
   assert_true(s.window_s == 0.5);
 }
 
-/* Unstamped events (sampled stamps, telclock.h): a tally counts in the newest stamped event's
- * bucket and times nothing; durations, their avg, max and percentiles come from the timed ones. */
+/* Unstamped events (sampled stamps, telclock.h): counted in a pending counter until the next
+ * timed event or a query folds them into the newest stamped event's bucket; they time nothing:
+ * durations, their avg, max and percentiles come from the timed ones. */
 static void test_tally_and_span(void **state) {
   ezi_window *w = *state;
+  uint64_t pending = 0;
   for (uint64_t i = 1; i <= 4; i++) /* 10, 20, 30, 40 ms, stamped at T0 + 1 s */
-    ezi_window_span(w, T0 + SEC - i * 10 * MS, T0 + SEC);
+    ezi_window_span(w, T0 + SEC - i * 10 * MS, T0 + SEC, &pending);
   for (int i = 0; i < 12; i++) {
-    ezi_window_tally(w);
-    ezi_window_span(w, EZI_UNSTAMPED, T0 + SEC + 5 * MS); /* unstamped start: a tally too */
-    ezi_window_span(w, T0, EZI_UNSTAMPED);                /* unstamped end: a tally too */
+    ezi_window_span(w, EZI_UNSTAMPED, T0 + SEC + 5 * MS, &pending); /* unstamped start */
+    ezi_window_span(w, T0, EZI_UNSTAMPED, &pending);                /* unstamped end */
   }
-  ezi_window_span(w, T0 + SEC + 20 * MS, T0 + SEC + 10 * MS); /* two processes' clocks: 0 */
-  ezi_window_stats s = query(w, T0 + SEC + 50 * MS, 2.0);
-  assert_int_equal(s.count, 4 + 36 + 1);
+  assert_int_equal(pending, 24);
+  assert_int_equal(query(w, T0 + SEC + 50 * MS, 2.0).count, 4); /* not folded in yet */
+  /* A timed event folds them in first: into T0 + 1 s's bucket, then itself (0: two processes'
+   * clocks that disagree). */
+  ezi_window_span(w, T0 + 2 * SEC + 20 * MS, T0 + 2 * SEC + 10 * MS, &pending);
+  assert_int_equal(pending, 0);
+  for (int i = 0; i < 6; i++)
+    ezi_window_span(w, EZI_UNSTAMPED, EZI_UNSTAMPED, &pending);
+  ezi_window_fold(w, &pending); /* as a query does: into the newest bucket, T0 + 2 s */
+  assert_int_equal(pending, 0);
+  ezi_window_stats s = query(w, T0 + 2 * SEC + 50 * MS, 2.0);
+  assert_int_equal(s.count, 4 + 24 + 1 + 6);
   assert_int_equal(s.timed, 5);
   assert_true(s.sum == 100.0 * MS);
   assert_true(s.avg == 20.0 * MS);
   assert_true(s.max == 40.0 * MS);
   assert_true(s.p50 >= 20.0 * MS / (1 + PCT_ERR) && s.p50 <= 20.0 * MS * (1 + PCT_ERR));
-  /* The tallies went into the bucket of T0 + 1 s: a window that ends before it holds none. */
-  assert_int_equal(query(w, T0 + SEC - 60 * MS, 0.5).count, 0);
+  /* The 24 went into the bucket of T0 + 1 s, the 6 into T0 + 2 s's: a window of the last
+   * 0.5 s holds only the latter and the timed event there. */
+  assert_int_equal(query(w, T0 + 2 * SEC + 50 * MS, 0.5).count, 7);
   /* The JSON says how many were timed. */
   json_t *j = ezi_latency_json(&s);
   assert_non_null(j);
-  assert_int_equal(jint(j, "samples"), 41);
+  assert_int_equal(jint(j, "samples"), 35);
   assert_int_equal(jint(j, "timed_samples"), 5);
   json_decref(j);
 }
 
-/* ezi_window_tally_sum: messages and bytes of unstamped messages, next to stamped ones. */
+/* ezi_window_tally_n: messages and bytes of unstamped messages, next to stamped ones. */
 static void test_tally_sum(void **state) {
   ezi_window *w = *state;
   ezi_window_count(w, T0 + 10 * MS, 100);
-  for (int i = 0; i < 15; i++)
-    ezi_window_tally_sum(w, 100);
+  ezi_window_tally_n(w, 15, 1500);
   ezi_window_stats s = query(w, T0 + 20 * MS, 1.0);
   assert_int_equal(s.count, 16);
   assert_true(s.sum == 1600);
