@@ -478,17 +478,27 @@ static void check_local_doc(const char *json, ez_pub *pub, ez_sub *sub, int n_ms
   ez_profile_data_free(&d);
 }
 
+/* A context on addr with a publisher and a subscriber of `topic` in it (the caller destroys them
+ * and closes the context). */
+static void local_pair(const char *addr, const char *topic, ez_context **ctx, ez_pub **pub,
+                       ez_sub **sub) {
+  *ctx = NULL;
+  *pub = NULL;
+  *sub = NULL;
+  assert_int_equal(ez_context_open(addr, ctx), 0);
+  assert_int_equal(ez_pub_create(*ctx, topic, NULL, pub), 0);
+  assert_int_equal(ez_sub_create(*ctx, topic, NULL, sub), 0);
+}
+
 /* Same-process publisher and subscriber: mode "local", the default handle, and the local snapshot
  * (ez_context_profile), which must not need the server: it works while the server is stopped. */
 static void test_local_and_context_profile(void **state) {
   fixture *f = *state;
   NEEDS_TELEMETRY();
-  ez_context *ctx = NULL;
-  assert_int_equal(ez_context_open(f->addr, &ctx), 0);
-  ez_pub *pub = NULL;
-  ez_sub *sub = NULL;
-  assert_int_equal(ez_pub_create(ctx, "/prof/local", NULL, &pub), 0);
-  assert_int_equal(ez_sub_create(ctx, "/prof/local", NULL, &sub), 0);
+  ez_context *ctx;
+  ez_pub *pub;
+  ez_sub *sub;
+  local_pair(f->addr, "/prof/local", &ctx, &pub, &sub);
   static uint8_t buf[PAYLOAD];
   const int n_msgs = 100;
   for (int i = 0; i < n_msgs; i++) {
@@ -577,12 +587,10 @@ static void *drain_thread(void *arg) {
 static void test_high_rate_sampling(void **state) {
   fixture *f = *state;
   NEEDS_TELEMETRY();
-  ez_context *ctx = NULL;
-  assert_int_equal(ez_context_open(f->addr, &ctx), 0);
-  ez_pub *pub = NULL;
-  ez_sub *sub = NULL;
-  assert_int_equal(ez_pub_create(ctx, "/prof/fast", NULL, &pub), 0);
-  assert_int_equal(ez_sub_create(ctx, "/prof/fast", NULL, &sub), 0);
+  ez_context *ctx;
+  ez_pub *pub;
+  ez_sub *sub;
+  local_pair(f->addr, "/prof/fast", &ctx, &pub, &sub);
   drain_arg a = {.sub = sub, .n = 300000};
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, drain_thread, &a), 0);

@@ -281,6 +281,16 @@ static void fake_end(fake *f) {
   close(f->listener);
 }
 
+/* A context and a subscriber to `topic` here, with a hand-played publisher (f) connected to it.
+ * The caller destroys the subscriber and closes the context. */
+static ez_sub *sub_with_fake(ez_context **ctx, fake *f, const char *topic) {
+  *ctx = open_ctx(NULL);
+  ez_sub *s = NULL;
+  assert_int_equal(ez_sub_create(*ctx, topic, NULL, &s), 0);
+  fake_pub_start(f, topic);
+  return s;
+}
+
 static void expect_msg(ez_sub *s, ez_msg *m, uint64_t id, size_t len) {
   assert_int_equal(ez_recv(s, m, TMO), 0);
   assert_int_equal(m->msg_id, id);
@@ -304,11 +314,9 @@ static long long chan_window(ez_context *ctx) {
  * release acks its own. */
 static void test_channel_window(void **state) {
   (void)state;
-  ez_context *ctx = open_ctx(NULL);
-  ez_sub *s = NULL;
-  assert_int_equal(ez_sub_create(ctx, "/win/chan", NULL, &s), 0);
+  ez_context *ctx;
   fake f;
-  fake_pub_start(&f, "/win/chan");
+  ez_sub *s = sub_with_fake(&ctx, &f, "/win/chan");
   fake_win(&f, 0, 16, 8 << 20);
   for (uint64_t id = 0; id < 16; id++)
     fake_send(&f, id, 100);
@@ -334,11 +342,9 @@ static void test_channel_window(void **state) {
  * in a window of 16 (its entry is taken); 3: beyond the byte budget after num_buffers messages;
  * 4: a window smaller than num_buffers. */
 static void window_violation(int kind) {
-  ez_context *ctx = open_ctx(NULL);
-  ez_sub *s = NULL;
-  assert_int_equal(ez_sub_create(ctx, "/win/bad", NULL, &s), 0);
+  ez_context *ctx;
   fake f;
-  fake_pub_start(&f, "/win/bad");
+  ez_sub *s = sub_with_fake(&ctx, &f, "/win/bad");
   ez_msg m[17];
   size_t held = 0;
   switch (kind) {
@@ -422,11 +428,9 @@ static long long chan_in_flight(ez_context *ctx) {
  * and nothing after; without, destroying the subscriber frees them (checked by the sanitizers'
  * leak check). */
 static void queue_outlives_link(bool receive) {
-  ez_context *ctx = open_ctx(NULL);
-  ez_sub *s = NULL;
-  assert_int_equal(ez_sub_create(ctx, "/win/lost", NULL, &s), 0);
+  ez_context *ctx;
   fake f;
-  fake_pub_start(&f, "/win/lost");
+  ez_sub *s = sub_with_fake(&ctx, &f, "/win/lost");
   fake_win(&f, 0, 256, 8 << 20);
   for (uint64_t id = 0; id < 200; id++)
     fake_send(&f, id, 50);
@@ -464,11 +468,9 @@ static void test_destroy_with_queue_of_lost_link(void **state) {
  * spare they would get, some too large to be kept, 0 and 1 bytes: each arrives intact. */
 static void test_spare_buffers(void **state) {
   (void)state;
-  ez_context *ctx = open_ctx(NULL);
-  ez_sub *s = NULL;
-  assert_int_equal(ez_sub_create(ctx, "/win/spare", NULL, &s), 0);
+  ez_context *ctx;
   fake f;
-  fake_pub_start(&f, "/win/spare");
+  ez_sub *s = sub_with_fake(&ctx, &f, "/win/spare");
   fake_win(&f, 0, 256, 8 << 20);
   /* 8134 + the 58-byte header = 8192: the largest buffer kept. */
   static const size_t sizes[] = {50, 3000, 8000, 200, 9000, 1, 0, 8134, 4096, 77, 8135};
