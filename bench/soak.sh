@@ -134,10 +134,10 @@ SHM0=$(shm_all)
 start serve "$EZ" serve --address "$ADDR"
 SERVER=$PID
 for ((i = 0; i < 200; i++)); do
-  "$EZ" graphviz --address "$ADDR" --timeout 1000 >/dev/null 2>&1 && break
+  "$EZ" graphviz --address "$ADDR" --timeout 1 >/dev/null 2>&1 && break
   sleep 0.05
 done
-"$EZ" graphviz --address "$ADDR" --timeout 2000 >/dev/null || {
+"$EZ" graphviz --address "$ADDR" --timeout 2 >/dev/null || {
   echo "soak: the server did not come up: $(cat "$D/serve.err")" >&2
   exit 1
 }
@@ -197,13 +197,13 @@ churn_once() {
   CHURN_RUNS=$((CHURN_RUNS + 1))
   case $k in
   0) # a short-lived subscriber of the fast stream
-    start "ch$NCH" "$EZ" sub /soak/a --address "$ADDR" --count 500 --timeout 20000
+    start "ch$NCH" "$EZ" sub /soak/a --address "$ADDR" --count 500 --timeout 20
     churn_add "$PID" 30 kill 0 ;;
   1) # a publisher / subscriber pair on a fresh topic
-    start "ch${NCH}s" "$EZ" sub "$t" --address "$ADDR" --count 200 --timeout 20000 --ready-file "$D/ch$NCH.ready"
+    start "ch${NCH}s" "$EZ" sub "$t" --address "$ADDR" --count 200 --timeout 20 --ready-file "$D/ch$NCH.ready"
     churn_add "$PID" 30 kill 0
     for ((i = 0; i < 250; i++)); do [ -e "$D/ch$NCH.ready" ] && break; sleep 0.02; done
-    start "ch${NCH}p" "$EZ" pub "$t" --address "$ADDR" --message "churn $NCH" --count 200 --timeout 20000
+    start "ch${NCH}p" "$EZ" pub "$t" --address "$ADDR" --message "churn $NCH" --count 200 --timeout 20
     churn_add "$PID" 30 kill 0 ;;
   2) # a subscriber of the big messages, SIGKILLed while it holds some
     start "ch$NCH" "$EZ" sub /soak/c --address "$ADDR"

@@ -86,7 +86,7 @@ echo "relay     pid $RELAY   example_relay /demo/raw -> /demo/filtered (force_tc
 
 # 3. The source: N lines at RATE Hz over shared memory, once the relay is connected.
 for ((i = 1; i <= N; i++)); do echo "sample $i of $N: temperature $((200 + i % 7)).$((i % 10)) C"; done >"$W/source.in"
-"$CLI" pub /demo/raw --rate "$RATE" --wait-subscribers 1 --timeout 10000 <"$W/source.in" 2>"$W/source.err" &
+"$CLI" pub /demo/raw --rate "$RATE" --wait-subscribers 1 --timeout 10 <"$W/source.in" 2>"$W/source.err" &
 SOURCE=$!
 PIDS+=("$SOURCE")
 echo "source    pid $SOURCE   ezmsg pub /demo/raw --rate $RATE   ($N messages)"

@@ -48,6 +48,10 @@ expect_rc 2 "$EZ_CLI" connect --frobnicate /a /b
 assert_contains "$T/err" "frobnicate" "unknown option"
 expect_rc 2 "$EZ_CLI" graphviz --address
 expect_rc 2 "$EZ_CLI" graphviz --timeout soon
+for bad in -2 -0.5 1e9 nan inf 5ms ""; do
+  expect_rc 2 "$EZ_CLI" graphviz --timeout "$bad"
+  assert_contains "$T/err" "bad --timeout" "graphviz --timeout '$bad'"
+done
 expect_rc 2 "$EZ_CLI" serve --timeout 5
 pass "bad arguments: exit 2 with usage on stderr"
 

@@ -134,7 +134,7 @@ for mode in shm tcp; do
   extra=()
   [ "$mode" = tcp ] && extra=(--force-tcp)
   start_sub "/dp/big$mode" --count 3
-  expect_rc 0 "$EZ_CLI" pub "/dp/big$mode" --address "$ADDR" --size $SIZE --count 3 --num-buffers 2 --timeout 30000 "${extra[@]}"
+  expect_rc 0 "$EZ_CLI" pub "/dp/big$mode" --address "$ADDR" --size $SIZE --count 3 --num-buffers 2 --timeout 30 "${extra[@]}"
   wait_sub
   assert_eq 0 "$SUB_RC" "sub of 4 MiB messages ($mode) exit status"
   assert_eq 3 "$(wc -l <"$SUB_OUT")" "4 MiB messages ($mode): lines"
@@ -147,17 +147,22 @@ for mode in shm tcp; do
 done
 
 # ---- --timeout, --wait-subscribers ------------------------------------------------------------------
-expect_rc 1 "$EZ_CLI" sub /dp/quiet --address "$ADDR" --timeout 300
+# --timeout is in seconds: 0.3 gives up after 300 ms (not 300 s, not 0.3 ms).
+t0=$(date +%s%N)
+expect_rc 1 "$EZ_CLI" sub /dp/quiet --address "$ADDR" --timeout 0.3
+took_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 assert_contains "$T/err" "no message" "sub --timeout"
 assert_empty "$T/out" "sub --timeout"
-pass "sub --timeout 300 with no publisher: exit 1"
+[ "$took_ms" -ge 300 ] || fail "sub --timeout 0.3 gave up after $took_ms ms"
+[ "$took_ms" -lt 20000 ] || fail "sub --timeout 0.3 took $took_ms ms"
+pass "sub --timeout 0.3 with no publisher: exit 1 after $took_ms ms"
 
-expect_rc 1 "$EZ_CLI" pub /dp/lonely --address "$ADDR" --message x --wait-subscribers 1 --timeout 300
+expect_rc 1 "$EZ_CLI" pub /dp/lonely --address "$ADDR" --message x --wait-subscribers 1 --timeout 0.3
 assert_contains "$T/err" "waiting for 1" "pub --wait-subscribers"
-pass "pub --wait-subscribers 1 --timeout 300 with no subscriber: exit 1"
+pass "pub --wait-subscribers 1 --timeout 0.3 with no subscriber: exit 1"
 
 # --wait-subscribers: the publisher starts first and waits for the subscriber.
-"$EZ_CLI" pub /dp/waiter --address "$ADDR" --message late --count 2 --wait-subscribers 1 --timeout 20000 \
+"$EZ_CLI" pub /dp/waiter --address "$ADDR" --message late --count 2 --wait-subscribers 1 --timeout 20 \
   >"$T/waiter.out" 2>"$T/waiter.err" &
 PUB=$!
 ez_track "$PUB"

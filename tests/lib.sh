@@ -96,7 +96,7 @@ ez_free_address() { echo "127.0.0.1:$(ez_free_port)"; }
 ez_wait_server() {
   local addr=$1 secs=${2:-10} i
   for ((i = 0; i < secs * 20; i++)); do
-    "$EZ_CLI" graphviz --address "$addr" --timeout 1000 >/dev/null 2>&1 && return 0
+    "$EZ_CLI" graphviz --address "$addr" --timeout 1 >/dev/null 2>&1 && return 0
     sleep 0.05
   done
   return 1

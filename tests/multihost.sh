@@ -209,10 +209,10 @@ ip netns exec "$NS_SRV" "$EZ_CLI" serve --address "$ADDR" >"$T/serve.out" 2>"$T/
 SERVE_PID=$!
 ez_track "$SERVE_PID"
 for ((i = 0; i < 200; i++)); do
-  ip netns exec "$NS_SUB" "$EZ_CLI" graphviz --address "$ADDR" --timeout 1000 >/dev/null 2>&1 && break
+  ip netns exec "$NS_SUB" "$EZ_CLI" graphviz --address "$ADDR" --timeout 1 >/dev/null 2>&1 && break
   sleep 0.05
 done
-ip netns exec "$NS_PUB" "$EZ_CLI" graphviz --address "$ADDR" --timeout 2000 >/dev/null ||
+ip netns exec "$NS_PUB" "$EZ_CLI" graphviz --address "$ADDR" --timeout 2 >/dev/null ||
   fail "the graph server does not answer at $ADDR from the publisher's host"
 
 COUNT=300
@@ -356,7 +356,7 @@ if "$EZ_CLI" pub --help 2>/dev/null | grep -q -- '--host'; then
   sub_start "private:$NS_SUB" /mh/cli remote3
   REMOTE=$SUB_PID
   ip netns exec "$NS_PUB" "$EZ_CLI" pub /mh/cli --address "$ADDR" --host "$PUB_IP" \
-    --wait-subscribers 1 --timeout 30000 <"$T/want" >"$T/cli.out" 2>"$T/cli.err" &
+    --wait-subscribers 1 --timeout 30 <"$T/want" >"$T/cli.out" 2>"$T/cli.err" &
   PUB=$!
   ez_track "$PUB"
   wait_lines "$T/remote3.out" $COUNT "$REMOTE" "the subscriber on $SUB_IP"

@@ -347,7 +347,7 @@ static const cli_spec perf_spec = {
         "                     its process otherwise): steadier numbers for A/B comparisons\n"
         "  -j, --json         print JSON instead of the table\n"
         "  -q, --quiet        no progress line\n"
-        "  (--timeout MS bounds each case's setup)\n",
+        "  (--timeout S bounds each case's setup)\n",
 };
 
 static void fmt_size(size_t s, char *out, size_t cap) {

@@ -115,7 +115,7 @@ static const cli_spec pub_spec = {
         "      --wait-subscribers N  first wait until N subscribing processes are connected\n"
         "      --host H       listen for channels on H (default 127.0.0.1; another host's\n"
         "                     subscribers need an address they can reach)\n"
-        "  (--timeout MS bounds each wait: for subscribers, for a free buffer, for the final\n"
+        "  (--timeout S bounds each wait: for subscribers, for a free buffer, for the final\n"
         "   release of everything sent; default: wait as long as it takes)\n",
 };
 
@@ -310,7 +310,7 @@ static const cli_spec sub_spec = {
     .about =
         "Prints each message received on TOPIC (or upstream of it) on its own line: as text if\n"
         "it is valid UTF-8 without control characters other than tab, else in lower-case hex.\n"
-        "Exits 0 after --count messages (or on SIGINT/SIGTERM), 1 if --timeout MS passes\n"
+        "Exits 0 after --count messages (or on SIGINT/SIGTERM), 1 if --timeout S passes\n"
         "without a message (default: wait forever) or the graph server goes away. Without\n"
         "--address, a graph server is started in this process if none answers at the default\n"
         "address.",

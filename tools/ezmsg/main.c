@@ -34,9 +34,14 @@ void cli_usage(const cli_spec *spec, FILE *f) {
           spec->args && *spec->args ? " " : "", spec->args ? spec->args : "", spec->about);
   fprintf(f, "  -a, --address H:P  graph server address (default: $%s, else %s)\n", EZ_ADDR_ENV,
           EZ_DEFAULT_ADDRESS);
-  if (!spec->listen)
-    fprintf(f, "  -t, --timeout MS   give up after MS milliseconds (default %d; -1: never)\n",
-            spec->timeout_ms ? spec->timeout_ms : EZ_DEFAULT_TIMEOUT_MS);
+  if (!spec->listen) {
+    int ms = spec->timeout_ms ? spec->timeout_ms : EZ_DEFAULT_TIMEOUT_MS;
+    if (ms < 0)
+      fprintf(f, "  -t, --timeout S    give up after S seconds (default: never; -1: never)\n");
+    else
+      fprintf(f, "  -t, --timeout S    give up after S seconds (default %g; -1: never)\n",
+              ms / 1000.0);
+  }
   if (spec->opts_help) fputs(spec->opts_help, f);
   fprintf(f, "  -h, --help         show this help\n");
 }
@@ -81,12 +86,19 @@ int cli_check_address(const char *addr, bool allow_port0, char out[300]) {
   return 0;
 }
 
-static int parse_int(const char *s, long min, long max, long *out) {
-  char *end;
+/* --timeout S: seconds (a decimal number from 0 to 2,000,000, about 23 days) or -1 (never), into
+ * milliseconds, rounded to the nearest; a positive time below 1 ms counts as 1 ms. 0 or -1. */
+static int parse_timeout_s(const char *s, int *ms) {
+  if (!strcmp(s, "-1")) {
+    *ms = -1;
+    return 0;
+  }
+  char *end = NULL;
   errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < min || v > max) return -1;
-  *out = v;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !(v >= 0 && v <= 2e6)) return -1;
+  long long r = (long long)(v * 1000.0 + 0.5); /* v >= 0: rounds to the nearest */
+  *ms = (int)(r == 0 && v > 0 ? 1 : r);
   return 0;
 }
 
@@ -115,13 +127,11 @@ int cli_parse(const cli_spec *spec, int argc, char **argv, cli_ctx *ctx, cli_opt
     case 'a':
     case OPT_ADDRESS: ctx->address = optarg; break;
     case 't':
-    case OPT_TIMEOUT: {
-      long v;
-      if (parse_int(optarg, -1, INT_MAX, &v))
-        return cli_usage_error(spec, "bad --timeout '%s' (milliseconds, or -1)", optarg);
-      ctx->timeout_ms = (int)v;
+    case OPT_TIMEOUT:
+      if (parse_timeout_s(optarg, &ctx->timeout_ms))
+        return cli_usage_error(spec, "bad --timeout '%s' (seconds, such as 2 or 0.5; or -1)",
+                               optarg);
       break;
-    }
     case 'h':
     case OPT_HELP: cli_usage(spec, stdout); return 0;
     case ':': return cli_usage_error(spec, "option '%s' needs a value", argv[optind - 1]);
