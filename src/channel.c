@@ -459,11 +459,8 @@ int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **o
     if (rc) return rc;
     fresh = true;
   }
-  chan_sub *cs = aligned_alloc(_Alignof(chan_sub), sizeof *cs); /* (sizeof: a multiple) */
-  if (cs) {
-    memset(cs, 0, sizeof *cs);
-    cs->proc = ezi_window_new();
-  }
+  chan_sub *cs = calloc(1, sizeof *cs);
+  if (cs) cs->proc = ezi_window_new();
   if (cs && c->state == CH_READY) cs->t0 = calloc(c->ls ? c->nbuf : c->nslot, sizeof *cs->t0);
   chan_sub **v = cs && cs->proc && (cs->t0 || c->state != CH_READY)
                      ? realloc(c->subs, (c->n_subs + 1) * sizeof *v)

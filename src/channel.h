@@ -40,10 +40,7 @@ typedef struct lslot {
  * channel's members, whose t0, held, next, end, gone, leaving and proc are guarded by their
  * subscriber's mu (receivers of local channels never take chan->mu per message). */
 struct chan_sub {
-  /* Cache lines of its own (128 bytes, allocated aligned): the receiving thread writes some of
-   * these fields per message, and a neighbour on the heap that another thread reads per message
-   * (a local channel's member list, once) made every message miss. */
-  _Alignas(64) chan *ch;
+  chan *ch;
   ez_sub *sub;
   uint64_t *t0; /* notify time per slot (0: not held); allocated once nbuf is known */
   uint64_t in_flight;
