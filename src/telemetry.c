@@ -7,33 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Every window's current bucket has the same index (they share the clock), and blocks this
- * large come page-aligned from mmap: without an offset of their own, the buckets a message
- * updates in its publisher's and channel's windows would all sit at one 4 KiB offset, where
- * loads and stores falsely depend on each other (4K aliasing) and compete for one cache set. So
- * each new window starts at the next of EZI_WINDOW_COLORS offsets, a few cache lines apart, and
- * keeps the address of its block just before itself. */
-#define EZI_WINDOW_COLORS 9u
-#define EZI_WINDOW_COLOR_STEP 448u /* 7 lines: 9 colours spread over 4 KiB */
+ezi_window *ezi_window_new(void) { return calloc(1, sizeof(ezi_window)); }
 
-ezi_window *ezi_window_new(void) {
-  static unsigned next_color; /* a race only changes which colour a window gets */
-  unsigned color = __atomic_fetch_add(&next_color, 1, __ATOMIC_RELAXED) % EZI_WINDOW_COLORS;
-  size_t pad = sizeof(void *) + 63 + EZI_WINDOW_COLORS * EZI_WINDOW_COLOR_STEP;
-  char *block = calloc(1, sizeof(ezi_window) + pad);
-  if (!block) return NULL;
-  uintptr_t at = ((uintptr_t)block + sizeof(void *) + 63) & ~(uintptr_t)63;
-  at += color * EZI_WINDOW_COLOR_STEP;
-  memcpy((char *)at - sizeof(void *), &block, sizeof block);
-  return (ezi_window *)at;
-}
-
-void ezi_window_free(ezi_window *w) {
-  if (!w) return;
-  char *block;
-  memcpy(&block, (char *)w - sizeof block, sizeof block);
-  free(block);
-}
+void ezi_window_free(ezi_window *w) { free(w); }
 
 double ezi_clamp_window(double window_s) {
   if (!(window_s > 0)) return 0; /* NaN, zero, negative */

@@ -87,8 +87,8 @@ void ezi_window_init(ezi_window *w);
 
 /* A new empty window on the heap (the caller frees it with ezi_window_free), or NULL when out of
  * memory. Publishers and channels keep their windows apart from their own structs: 80 KiB
- * embedded would make those page-aligned mmap blocks whose hot fields all share one 4 KiB
- * offset (and differ between the builds with and without telemetry). */
+ * embedded would make those structs page-aligned mmap blocks, laid out differently in the builds
+ * with and without telemetry. */
 ezi_window *ezi_window_new(void);
 void ezi_window_free(ezi_window *w);
 
