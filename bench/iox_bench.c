@@ -246,10 +246,7 @@ int main(int argc, char **argv) {
            g_size, g_duration, ok ? "true" : "false", (unsigned long long)snk.count, rate,
            rate * (double)g_size / 1e6, p50, p99, (unsigned long long)snk.lost,
            (unsigned long long)snk.late);
-    if (ok)
-      printf("null}\n");
-    else
-      printf("\"%s\"}\n", err);
+    json_error_end(ok, err);
   } else {
     printf("iceoryx thr shm %8zu B %13.0f msgs/s %10.1f MB/s  p50 %8.1f us  p99 %8.1f us%s%s\n",
            g_size, rate, rate * (double)g_size / 1e6, p50, p99,

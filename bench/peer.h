@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -63,6 +64,25 @@ static inline void reap_child(pid_t pid) {
     }
     usleep(2000);
   }
+}
+
+/* Ends a JSON result line: "null}" if ok, else the error as a JSON string (quotes, backslashes
+ * and control characters escaped) and "}". */
+static inline void json_error_end(bool ok, const char *err) {
+  if (ok) {
+    printf("null}\n");
+    return;
+  }
+  putchar('"');
+  for (const unsigned char *c = (const unsigned char *)err; *c; c++) {
+    if (*c == '"' || *c == '\\')
+      printf("\\%c", *c);
+    else if (*c < 0x20)
+      printf("\\u%04x", *c);
+    else
+      putchar(*c);
+  }
+  printf("\"}\n");
 }
 
 #endif

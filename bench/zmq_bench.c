@@ -367,10 +367,7 @@ int main(int argc, char **argv) {
         O.duration, ok ? "true" : "false", (unsigned long long)m->count, rate,
         rate * (double)O.size / 1e6, p50, p99, (unsigned long long)snk.lost,
         (unsigned long long)snk.late);
-    if (ok)
-      printf("null}\n");
-    else
-      printf("\"%s\"}\n", err);
+    json_error_end(ok, err);
   } else {
     printf("zeromq %-8s %-6s %8zu B %13.0f msgs/s %10.1f MB/s  p50 %8.1f us  p99 %8.1f us%s%s\n",
            O.pingpong ? "pingpong" : "thr", O.transport, O.size, rate, rate * (double)O.size / 1e6,
