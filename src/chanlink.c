@@ -75,6 +75,10 @@ static long data_frame(chan *c, uint64_t now) {
     ezi_lchan_pull(c, NULL, true);
     return c->ring_bad ? EZ_EPROTO : (long)f.used;
   }
+  if (c->tcp_ring) { /* an ezmsg-c publisher's window: the I/O thread puts into the ring */
+    int rc = ezi_tcpring_frame(c, &f, now);
+    return rc ? rc : (long)f.used;
+  }
   ezi_unmarshalled um;
   uint8_t *owned = NULL;
   size_t owned_cap = 0;
@@ -190,14 +194,20 @@ static void on_pub(ezi_watch *w, uint32_t ev) {
       if (used < 0) {
         EZI_WARN("channel %s: bad data from publisher %s (%s); dropping the link", c->id, c->pub_id,
                  ez_strerror((int)used));
-        ezi_chan_wake_subs(c); /* what arrived before the bad frame is delivered */
+        if (c->tcp_ring) /* what arrived before the bad frame is delivered */
+          ezi_tcpring_read_done(c);
+        else
+          ezi_chan_wake_subs(c);
         return fail(c, (int)used);
       }
       if (used == 0) break;
       ezi_buf_consume(&c->pin, (size_t)used);
     }
-    /* Receivers were not woken frame by frame: one wake-up for the whole read. */
-    if (c->state == CH_READY) ezi_chan_wake_subs(c);
+    if (c->state != CH_READY) continue;
+    if (c->tcp_ring) /* one wake-up for the whole read, and acks for what was released */
+      ezi_tcpring_read_done(c);
+    else /* receivers were not woken frame by frame: one wake-up for the whole read */
+      ezi_chan_wake_subs(c);
   }
   if (n < 0) {
     EZI_DEBUG("channel %s: publisher %s went away", c->id, c->pub_id);

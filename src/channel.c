@@ -110,13 +110,6 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
     free(owned);
     return -1;
   }
-  uint64_t bytes = owned ? um->size : 0;
-  if (c->win_on && c->live_n >= c->nbuf && c->live_bytes + bytes > c->win_bytes) {
-    EZI_WARN("channel %s: publisher sent message %llu beyond its window's byte budget", c->id,
-             (unsigned long long)msg_id);
-    free(owned);
-    return -1;
-  }
   size_t holders = 0;
   for (size_t i = 0; i < c->n_subs; i++)
     holders += !c->subs[i]->gone;
@@ -152,44 +145,7 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
     slot_clear(c, s);
     return 0;
   }
-  s->bytes = bytes;
-  c->live_n++;
-  c->live_bytes += bytes;
   return 1;
-}
-
-int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes) {
-  if (c->ls || c->win_on || msgs < c->nbuf || msgs > EZI_WIN_MAX_MSGS || bytes > EZI_WIN_MAX_BYTES)
-    return EZ_EPROTO;
-  slot *ns = calloc((size_t)msgs, sizeof *ns);
-  uint64_t **t0s = calloc(c->n_subs + 1, sizeof *t0s);
-  int rc = ns && t0s ? 0 : EZ_ENOMEM;
-  for (size_t i = 0; !rc && i < c->n_subs; i++)
-    if (!(t0s[i] = calloc((size_t)msgs, sizeof **t0s))) rc = EZ_ENOMEM;
-  pthread_mutex_lock(&c->mu);
-  if (!rc && c->live_n) rc = EZ_EPROTO; /* it did not wait until we held nothing */
-  if (!rc) { /* subscribers join on this thread only: c->subs is the list t0s was made for */
-    free(c->slots);
-    c->slots = ns;
-    ns = NULL;
-    for (size_t i = 0; i < c->n_subs; i++) {
-      free(c->subs[i]->t0);
-      c->subs[i]->t0 = t0s[i];
-      t0s[i] = NULL;
-    }
-    c->nslot = (uint32_t)msgs;
-    c->win_bytes = bytes;
-    c->win_on = true;
-  }
-  pthread_mutex_unlock(&c->mu);
-  for (size_t i = 0; t0s && i < c->n_subs; i++)
-    free(t0s[i]);
-  free(t0s);
-  free(ns);
-  if (!rc)
-    EZI_DEBUG("channel %s: up to %llu messages from publisher %s in flight from %llu on", c->id,
-              (unsigned long long)msgs, c->pub_id, (unsigned long long)start_id);
-  return rc;
 }
 
 int ezi_chan_view(chan_sub *cs, uint64_t msg_id, ez_msg *m) {
@@ -249,8 +205,6 @@ void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
     cs->t0[idx] = 0;
     cs->in_flight--;
     if (--s->refs == 0) {
-      c->live_n--;
-      c->live_bytes -= s->bytes;
       slot_clear(c, s);
       /* Under c->mu: once it is unlocked, a leave on another thread may free cs and with it
        * the last reference to c. (The outbox only takes its own lock.) */
@@ -284,7 +238,7 @@ json_t *ezi_chan_profile(chan *c, double window_s) {
     in_flight += n;
   }
   const char *mode = c->mode;
-  uint32_t window = c->win_on ? c->nslot : 0;
+  uint32_t window = c->tcp_ring ? c->lsn : 0;
   pthread_mutex_unlock(&c->mu);
   json_object_set_new(j, "type", json_string("channel"));
   json_object_set_new(j, "channel_id", json_string(c->id));
@@ -348,7 +302,7 @@ int ezi_chan_link_done(chan *c, int rc) {
   if (!rc && !waiting) rc = EZ_ENOMEM;
   /* A remote publisher's notices fill slots; a local channel has its ring (ls) instead. */
   if (!rc && c->local_pub)
-    c->ls = ezi_lchan_ring_new(c->nbuf);
+    c->ls = ezi_lchan_ring_new(c->lsn = c->nbuf);
   else if (!rc)
     c->slots = calloc(c->nslot = c->nbuf, sizeof *c->slots);
   if (!rc && !c->ls && !c->slots) rc = EZ_ENOMEM;
@@ -436,6 +390,7 @@ static void chan_destroy(chan *c) {
   for (uint32_t h = c->spare_head; h != c->spare_tail; h++)
     free(c->spare[h % EZI_CHAN_SPARES].p);
   ezi_lchan_ring_free(c);
+  ezi_tcpring_free(c);
   ezi_seg_unref(c->seg);
   ezi_seg_unref(c->kept_seg);
   ezi_seg_chain_free(c->kept_retired);
@@ -461,7 +416,7 @@ int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **o
   }
   chan_sub *cs = calloc(1, sizeof *cs);
   if (cs) cs->proc = ezi_window_new();
-  if (cs && c->state == CH_READY) cs->t0 = calloc(c->ls ? c->nbuf : c->nslot, sizeof *cs->t0);
+  if (cs && c->state == CH_READY) cs->t0 = calloc(c->ls ? c->lsn : c->nslot, sizeof *cs->t0);
   chan_sub **v = cs && cs->proc && (cs->t0 || c->state != CH_READY)
                      ? realloc(c->subs, (c->n_subs + 1) * sizeof *v)
                      : NULL;

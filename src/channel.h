@@ -5,10 +5,12 @@
 
 #include "context.h"
 #include "shmring.h"
+#include "txframe.h"
 
-/* Spare TX_TCP buffers a channel keeps (chan.spare): at most this many (a TCP window's worth),
- * of at most this size (bigger ones are freed): at most 8 MiB per channel (the TCP window's byte
- * budget), and only once that much was in flight at the same time. */
+/* Spare TX_TCP buffers a channel with slots keeps (chan.spare): at most this many, of at most
+ * this size (bigger ones are freed): at most 8 MiB per channel, and only once that much was in
+ * flight at the same time (num_buffers messages). A TCP ring keeps one buffer of at most this
+ * size per entry of its window (tcpring.c). */
 #define EZI_CHAN_SPARES 1024u
 #define EZI_CHAN_SPARE_MAX 8192u
 
@@ -21,7 +23,6 @@ typedef struct slot {
   size_t owned_cap; /* ... in a buffer of this size (ezi_chan_buf_take) */
   ezi_seg *seg;     /* the segment the bytes live in */
   ez_iov *iov;      /* raw pickles: the buffers */
-  uint64_t bytes;   /* TX_TCP: the frame's size, counted against a window's budget */
 } slot;
 
 /* An entry of a local channel's ring (localchan.c): written by the publisher before it publishes
@@ -63,13 +64,24 @@ struct chan {
   pthread_cond_t cv;
   int state;     /* CH_*; changes on the I/O thread only */
   uint32_t nbuf; /* known once ready */
-  /* Notices of a remote publisher: `nslot` slots, msg_id % nslot (c->mu). nslot is nbuf, or a
-   * TCP window's size once an ezmsg-c publisher sent X_WIN (win_on), whose messages beyond nbuf
-   * may take at most win_bytes (live_n, live_bytes: what the slots hold). */
+  /* Notices of a remote publisher: `nslot` (= nbuf) slots, msg_id % nslot (c->mu). */
   slot *slots;
   uint32_t nslot;
-  bool win_on;
-  uint64_t win_bytes, live_n, live_bytes;
+  /* TCP window (tcpring.c): an ezmsg-c publisher sent X_WIN. The channel then works as a local
+   * one (ls, lsn entries) whose publisher is its own I/O thread. I/O thread only, except tcp_ring
+   * and lsn, which are set before any member can see them. */
+  bool win_on, tcp_ring;
+  uint64_t win_bytes;  /* the byte budget beyond nbuf messages in flight */
+  uint64_t live_bytes; /* what the unacknowledged messages [wack, published) take */
+  uint64_t wack;       /* the first message not acknowledged yet */
+  uint64_t wnext;      /* the next message expected (published once its read is done) */
+  struct ezi_wbuf {
+    uint8_t *p;
+    size_t cap;
+    uint64_t bytes; /* the frame's size */
+  } * wbuf;         /* per entry: the bytes of its message, reused for the next one */
+  uint8_t *wacks;   /* room for a window's RX_ACKs, written at once */
+  int ack_want; /* atomic: a release asks the I/O thread to acknowledge (ezi_tcpring_released) */
   chan_sub **subs;
   size_t n_subs;
   int refs; /* chan_subs alive (chan->mu) */
@@ -78,6 +90,7 @@ struct chan {
   ez_pub *local_pub;
   int pub_users;
   lslot *ls;        /* the ring, one entry per slot; set before any message (local channels only) */
+  uint32_t lsn;     /* its entries: nbuf, or a TCP window's size */
   chan_sub **lsubs; /* the members each new message counts (pub->mu) */
   size_t n_lsubs;   /* (pub->mu) */
   ezi_seg *kept_seg; /* a gone publisher's segments, which messages still queued live in */
@@ -149,11 +162,32 @@ uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap);
  * broke backpressure: a protocol error). */
 int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
                      size_t owned_cap, ezi_seg *seg, uint64_t now);
-/* channel.c: an ezmsg-c publisher's X_WIN: from message start_id on, up to msgs TX_TCP messages
+/* tcpring.c: an ezmsg-c publisher's X_WIN: from message start_id on, up to msgs TX_TCP messages
  * may be unacknowledged, holding at most bytes beyond the first nbuf. The channel holds nothing
- * at this point (the publisher waited). EZ_EPROTO if the window breaks the limits or something is
- * held, EZ_ENOMEM. I/O thread. */
+ * at this point (the publisher waited) and becomes a TCP ring. EZ_EPROTO if the window breaks the
+ * limits or something is held, EZ_ENOMEM. I/O thread. */
 int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes);
+/* tcpring.c: a TX_TCP frame (f, whole) on a TCP ring: checked against the window and put for the
+ * members. 0, or EZ_EPROTO (the publisher broke the window), EZ_ENOMEM. I/O thread. */
+int ezi_tcpring_frame(chan *c, const ezi_tx_frame *f, uint64_t now);
+/* tcpring.c: acknowledges, in order, the messages every member released (one write for all).
+ * I/O thread. */
+void ezi_tcpring_scan(chan *c);
+/* tcpring.c: after a read's frames: wakes the members that sleep (once for all the messages of
+ * the read), then ezi_tcpring_scan. I/O thread. */
+void ezi_tcpring_read_done(chan *c);
+/* tcpring.c: the release of message msg_id of TCP ring c was its last (its entry is free);
+ * `more`: its receiver has more to take at once. ezi_tcpring_ask tells whether to ask the I/O
+ * thread to acknowledge: when the receiver caught up, or every 32 messages (a receiver that keeps
+ * taking releases again soon, and the I/O thread scans after every read anyway), unless asked
+ * already. ezi_tcpring_released asks (it may write to the wake-up eventfd: call it with no lock
+ * held, and c alive). Any thread. */
+bool ezi_tcpring_ask(chan *c, uint64_t msg_id, bool more);
+void ezi_tcpring_released(chan *c);
+/* tcpring.c: the acknowledgements releases asked for (the context's wake hook). I/O thread. */
+void ezi_tcpring_acks(ez_context *ctx);
+/* tcpring.c: frees the message buffers (chan_destroy). */
+void ezi_tcpring_free(chan *c);
 /* The link of a ready channel failed (it is closed already): the channel is marked failed and
  * its subscribers leave it to join again; it may be gone when this returns. I/O thread. */
 void ezi_chan_link_lost(chan *c);
@@ -180,6 +214,9 @@ void ezi_lchan_leave(chan_sub *cs, bool release_viewed);
 lslot *ezi_lchan_ring_new(uint32_t nbuf);
 /* localchan.c: signals a receiver that asked for it (want_signal; takes its lock). */
 void ezi_lchan_signal(ez_sub *s);
+/* localchan.c: signals every member that asked for it. A TCP ring's puts signal nobody: its I/O
+ * thread calls this after each read, with the membership lock held. */
+void ezi_lchan_signal_all(chan *c);
 
 /* ringchan.c. ezi_ring_chan_drop: gives ring entry idx back to the remote publisher; true if the
  * publisher sleeps for it and must get ezi_ring_chan_ack (which may write to the socket: call it

@@ -1,6 +1,7 @@
 /* A process's membership of a graph: the I/O thread, the registries of publishers, subscribers and
  * channels, the outboxes the I/O thread writes for everyone, and the embedded graph server. */
 #include "context.h"
+#include "channel.h"
 #include "graphclient.h"
 
 #include <errno.h>
@@ -173,6 +174,7 @@ void ezi_outbox_close(ez_context *ctx, ezi_outbox *ob) {
  * its owner's read side (EPOLLHUP / EOF), which closes it. */
 static void flush_dirty(void *arg) {
   ez_context *ctx = arg;
+  ezi_tcpring_acks(ctx); /* the acknowledgements releases asked for */
   pthread_mutex_lock(&ctx->dirty_mu);
   ezi_outbox *list = ctx->dirty;
   ctx->dirty = NULL;

@@ -93,6 +93,7 @@ struct ez_context {
   bool ring_ok;        /* shared-memory rings with other ezmsg-c processes ($EZMSG_SHM_RING) */
   uint32_t tcp_window; /* messages in flight on a TCP link between ezmsg-c peers (0: off) */
   int resignal_posted; /* atomic: the I/O thread is asked to signal ring channels' waiters */
+  int acks_posted;     /* atomic: the I/O thread is asked to acknowledge TCP rings (tcpring.c) */
   char host[64];       /* this process's address as seen for profiles */
   int pid;
 };
@@ -150,7 +151,8 @@ void ezi_chan_leave(chan_sub *cs, bool release_viewed);
  * publisher wrote message msg_id (len payload bytes at data, in seg: a ring channel's members
  * hold a reference each) into its slot; true if any member holds it now. Members waiting for a
  * signal get one: self (whose lock the caller holds: a receiver, or the I/O thread looking at a
- * subscriber) in place, others of a receiver's pull through the I/O thread. ezi_lchan_slot_free:
+ * subscriber) in place, others of a receiver's pull through the I/O thread (a TCP ring's I/O
+ * thread signals them after the read instead, ezi_lchan_signal_all). ezi_lchan_slot_free:
  * true (with the time of the last release) once no member holds slot idx. ezi_lchan_set_wants:
  * announces what the publisher is about to sleep for (0, slot + 1 or EZI_LWANT_ANY). */
 /* ezi_lchan_attach: makes every subscriber of local channel c a member, from message next_id on
@@ -164,6 +166,10 @@ void ezi_chan_leave(chan_sub *cs, bool release_viewed);
 int ezi_lchan_attach(chan *c, uint64_t next_id);
 bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now,
                    ezi_seg *seg, ez_sub *self);
+/* The first half of ezi_lchan_put: the entry is written for the members, not published yet (a TCP
+ * ring publishes a read's messages at once, tcpring.c). True if any member will hold it. */
+bool ezi_lchan_fill(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now,
+                    ezi_seg *seg);
 bool ezi_lchan_slot_free(chan *c, uint32_t idx, uint64_t *freed_at);
 void ezi_lchan_set_wants(chan *c, uint32_t wants);
 /* The publisher of a local channel is going away. I/O thread. */

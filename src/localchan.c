@@ -80,7 +80,7 @@ int ezi_lchan_add(chan *c, chan_sub *cs) {
 /* The lock that orders membership changes against puts: the local publisher's, or the ring
  * channel's own; none once a local publisher is gone (nobody puts any more). I/O thread. */
 static pthread_mutex_t *memb_mu(chan *c) {
-  if (c->ring_on) return &c->pull_mu;
+  if (c->ring_on || c->tcp_ring) return &c->pull_mu;
   return c->local_pub ? &c->local_pub->mu : NULL; /* only the I/O thread clears local_pub */
 }
 
@@ -102,11 +102,11 @@ void ezi_lchan_signal(ez_sub *s) {
   pthread_mutex_unlock(&s->mu);
 }
 
-bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now,
-                   ezi_seg *seg, ez_sub *self) {
+bool ezi_lchan_fill(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now,
+                    ezi_seg *seg) {
   size_t n = c->n_lsubs;
   if (n) {
-    lslot *l = &c->ls[msg_id % c->nbuf];
+    lslot *l = &c->ls[msg_id % c->lsn];
     l->msg_id = msg_id;
     l->data = data;
     l->len = len;
@@ -116,6 +116,13 @@ bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, ui
     if (seg) ezi_seg_ref(seg);
     __atomic_store_n(&l->refs, (uint32_t)n, __ATOMIC_RELAXED);
   }
+  return n != 0;
+}
+
+bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now,
+                   ezi_seg *seg, ez_sub *self) {
+  bool any = ezi_lchan_fill(c, msg_id, data, len, now, seg);
+  size_t n = c->n_lsubs;
   __atomic_store_n(&c->published, msg_id + 1, SEQ);
   bool delegate = false;
   for (size_t i = 0; i < n; i++) {
@@ -132,7 +139,12 @@ bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, ui
     }
   }
   if (delegate) ezi_lchan_resignal(c->ctx);
-  return n != 0;
+  return any;
+}
+
+void ezi_lchan_signal_all(chan *c) {
+  for (size_t i = 0; i < c->n_lsubs; i++)
+    if (__atomic_load_n(&c->lsubs[i]->sub->want_signal, SEQ)) ezi_lchan_signal(c->lsubs[i]->sub);
 }
 
 bool ezi_lchan_slot_free(chan *c, uint32_t idx, uint64_t *freed_at) {
@@ -174,10 +186,13 @@ bool ezi_lchan_take(ez_sub *s, ez_msg *m) {
     s->lrr = i + 1;
     chan *c = cs->ch;
     uint64_t id = cs->next++;
-    uint32_t idx = (uint32_t)(id % c->nbuf);
+    uint32_t idx = (uint32_t)(id % c->lsn);
     const lslot *l = &c->ls[idx];
     cs->t0[idx] = l->t0 ? l->t0 : 1; /* nonzero: held */
     cs->held++;
+    /* ez_recv polls for the next message from a publisher here or a shared ring; a TCP ring's
+     * come through the I/O thread, which polls already (subscriber.c) */
+    s->local_recent = !c->tcp_ring;
     *m = (ez_msg){.data = l->data, .len = l->len, .msg_id = id, .pub_id = c->pub_id, .ref_ = cs};
     return true;
   }
@@ -201,7 +216,8 @@ static void wake_pub(chan *c) {
  * entry back (to a remote publisher: in the shared ring). Returns true when the release must
  * also wake the publisher, which needs c and locks no subscriber lock may be held over
  * (slot_wake). *seg gets the entry's segment reference to drop, if this was the last holder. */
-static bool slot_drop(chan *c, uint32_t idx, uint64_t now, uint64_t *msg_id, ezi_seg **seg) {
+static bool slot_drop(chan *c, uint32_t idx, uint64_t now, bool more, uint64_t *msg_id,
+                      ezi_seg **seg) {
   lslot *l = &c->ls[idx];
   *msg_id = l->msg_id; /* read while still held: the entry is rewritten once free */
   *seg = NULL;
@@ -215,6 +231,7 @@ static bool slot_drop(chan *c, uint32_t idx, uint64_t now, uint64_t *msg_id, ezi
     *seg = sg;
     return ezi_ring_chan_drop(c, idx, now);
   }
+  if (c->tcp_ring) return ezi_tcpring_ask(c, *msg_id, more);
   uint32_t w = __atomic_load_n(&c->pub_wants, SEQ);
   return w == EZI_LWANT_ANY || w == idx + 1;
 }
@@ -222,6 +239,8 @@ static bool slot_drop(chan *c, uint32_t idx, uint64_t now, uint64_t *msg_id, ezi
 static void slot_wake(chan *c, uint64_t msg_id) {
   if (c->ring_on)
     ezi_ring_chan_ack(c, msg_id);
+  else if (c->tcp_ring)
+    ezi_tcpring_released(c);
   else
     wake_pub(c);
 }
@@ -230,9 +249,23 @@ static void slot_wake(chan *c, uint64_t msg_id) {
 static void slot_unref(chan *c, uint32_t idx, uint64_t now) {
   uint64_t msg_id;
   ezi_seg *seg;
-  bool wake = slot_drop(c, idx, now, &msg_id, &seg);
+  bool wake = slot_drop(c, idx, now, false, &msg_id, &seg);
   ezi_seg_unref(seg);
   if (wake) slot_wake(c, msg_id);
+}
+
+/* Takes cs out of its subscriber's local channels (s->mu held). */
+static void unlist(ez_sub *s, chan_sub *cs) {
+  for (size_t i = 0; i < s->n_locals; i++)
+    if (s->locals[i] == cs) s->locals[i] = s->locals[--s->n_locals];
+}
+
+/* Whether cs, which left, is done with (s->mu held): it holds nothing, and has nothing left to
+ * take (a TCP ring's member drains what it had queued); then it is unlisted too. */
+static bool done_with(ez_sub *s, chan_sub *cs) {
+  if (!cs->gone || cs->leaving || cs->held || cs->next < cs->end) return false;
+  unlist(s, cs);
+  return true;
 }
 
 /* Frees cs and its channel reference once it left and holds nothing (s->mu not held). */
@@ -246,7 +279,7 @@ static void maybe_free(chan_sub *cs, bool free_it) {
 void ezi_lchan_release(chan_sub *cs, uint64_t msg_id) {
   chan *c = cs->ch;
   ez_sub *s = cs->sub;
-  uint32_t idx = (uint32_t)(msg_id % c->nbuf);
+  uint32_t idx = (uint32_t)(msg_id % c->lsn);
   pthread_mutex_lock(&s->mu);
   uint64_t t0 = cs->t0[idx];
   if (!t0) { /* not held: a second release of the same view */
@@ -262,16 +295,16 @@ void ezi_lchan_release(chan_sub *cs, uint64_t msg_id) {
    * after the unlock keeps the count until it is done. */
   uint64_t id;
   ezi_seg *seg;
-  bool wake = slot_drop(c, idx, now, &id, &seg);
+  bool wake = slot_drop(c, idx, now, cs->next < avail_end(cs), &id, &seg);
   if (!wake) cs->held--;
-  bool free_it = !wake && cs->gone && !cs->leaving && cs->held == 0;
+  bool free_it = !wake && done_with(s, cs);
   pthread_mutex_unlock(&s->mu);
   ezi_seg_unref(seg);
   if (wake) {
     slot_wake(c, id);
     pthread_mutex_lock(&s->mu);
     cs->held--;
-    free_it = cs->gone && !cs->leaving && cs->held == 0;
+    free_it = done_with(s, cs);
     pthread_mutex_unlock(&s->mu);
   }
   maybe_free(cs, free_it);
@@ -280,6 +313,10 @@ void ezi_lchan_release(chan_sub *cs, uint64_t msg_id) {
 void ezi_lchan_leave(chan_sub *cs, bool release_viewed) {
   chan *c = cs->ch;
   ez_sub *s = cs->sub;
+  /* A TCP ring's messages live in the channel's buffers, valid until released: what a member
+   * had queued is still delivered after it left (as on a channel with slots), unless its
+   * subscriber is being destroyed. A local or shared-memory ring's are the publisher's. */
+  bool drain = c->tcp_ring && !release_viewed;
   pthread_mutex_t *mu = memb_mu(c);
   if (mu) pthread_mutex_lock(mu);
   for (size_t i = 0; i < c->n_lsubs; i++)
@@ -287,17 +324,17 @@ void ezi_lchan_leave(chan_sub *cs, bool release_viewed) {
   uint64_t end = __atomic_load_n(&c->published, __ATOMIC_RELAXED);
   if (mu) pthread_mutex_unlock(mu);
   pthread_mutex_lock(&s->mu);
-  for (size_t i = 0; i < s->n_locals; i++)
-    if (s->locals[i] == cs) s->locals[i] = s->locals[--s->n_locals];
+  if (!drain) unlist(s, cs);
   uint64_t from = cs->next, stop = cs->end < end ? cs->end : end; /* end 0: never a member */
-  cs->next = cs->end = stop;
+  cs->end = stop;
+  if (!drain) cs->next = stop;
   cs->gone = cs->leaving = true;
   pthread_mutex_unlock(&s->mu);
   uint64_t now = ezi_tel_now();
-  for (uint64_t id = from; id < stop; id++) /* what it had not taken yet */
-    slot_unref(c, (uint32_t)(id % c->nbuf), now);
+  for (uint64_t id = from; !drain && id < stop; id++) /* what it had not taken yet */
+    slot_unref(c, (uint32_t)(id % c->lsn), now);
   if (release_viewed) /* the subscriber is being destroyed: its views end now */
-    for (uint32_t i = 0; i < c->nbuf; i++) {
+    for (uint32_t i = 0; i < c->lsn; i++) {
       pthread_mutex_lock(&s->mu);
       bool held = cs->t0[i] != 0;
       pthread_mutex_unlock(&s->mu);
@@ -305,9 +342,21 @@ void ezi_lchan_leave(chan_sub *cs, bool release_viewed) {
     }
   pthread_mutex_lock(&s->mu);
   cs->leaving = false;
-  bool free_it = cs->held == 0;
+  bool free_it = done_with(s, cs);
   pthread_mutex_unlock(&s->mu);
   maybe_free(cs, free_it);
+}
+
+void ezi_lchan_purge(ez_sub *s) {
+  for (;;) {
+    chan_sub *cs = NULL;
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < s->n_locals && !cs; i++)
+      if (s->locals[i]->gone && !s->locals[i]->leaving) cs = s->locals[i];
+    pthread_mutex_unlock(&s->mu);
+    if (!cs) return;
+    ezi_lchan_leave(cs, true);
+  }
 }
 
 bool ezi_lchan_idle(chan_sub *cs) {

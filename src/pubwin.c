@@ -9,10 +9,10 @@
  * does not know). Once that channel holds nothing and gets TX_TCP, the publisher answers X_WIN
  * (first message id, window size, byte budget), and from then on that channel's messages hold no
  * slot: each takes entry msg_id % win_max of the window, until its RX_ACK. The next message waits
- * while its entry is still taken (as a slot would be: acks may come out of order when several
- * subscribers release in different orders), or while more than num_buffers are in flight and it
- * would take the window's bytes beyond the budget. The channel sizes its slots to the window and
- * checks both rules, so a publisher that breaks them loses the link.
+ * while its entry is still taken (as a slot would be; our channel acks in order, but the
+ * publisher does not count on it), or while more than num_buffers are in flight and it would take
+ * the window's bytes beyond the budget. The channel becomes a ring of the window's size
+ * (tcpring.c) and checks the rules, so a publisher that breaks them loses the link.
  *
  * The channel's subscribers see nothing different; backpressure (a slow subscriber stops the
  * publisher) holds with a larger bound. Telemetry counts a window message's backpressure from its

@@ -141,7 +141,7 @@ int ezi_lchan_ring_start(chan *c, const char *name, size_t n, uint64_t start_id)
   if (c->ring_on || c->local_pub || !c->seg) return EZ_EPROTO;
   int rc = ezi_ring_attach(name, n, c->nbuf, &c->ring);
   if (rc) return rc;
-  if (!(c->ls = ezi_lchan_ring_new(c->nbuf))) {
+  if (!(c->ls = ezi_lchan_ring_new(c->lsn = c->nbuf))) {
     ezi_ring_detach(&c->ring);
     return EZ_ENOMEM;
   }

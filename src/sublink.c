@@ -283,4 +283,5 @@ void ezi_sub_links_close(ez_sub *s) {
   while (s->n_links)
     remove_link_at(s, s->n_links - 1, true);
   ezi_sub_purge_all(s); /* what channels left earlier (by an UPDATE) had queued */
+  ezi_lchan_purge(s);   /* the same, of TCP rings */
 }

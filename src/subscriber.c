@@ -219,8 +219,7 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
     }
     /* Alternate between the two sources while both have messages. */
     bool local = s->n_locals && (!s->n || (s->rr = !s->rr));
-    if (local && ezi_lchan_take(s, m)) {
-      s->local_recent = true;
+    if (local && ezi_lchan_take(s, m)) { /* (it sets local_recent) */
       if (s->efd >= 0) maybe_empty(s);
       pthread_mutex_unlock(&s->mu);
       return 0;

@@ -67,6 +67,10 @@ bool ezi_lchan_ready(ez_sub *s);
 /* Asks the publishers of s's ring channels for a wake-up at their next message (s->mu held). */
 void ezi_lchan_arm(ez_sub *s);
 bool ezi_lchan_take(ez_sub *s, ez_msg *m);
+/* localchan.c: ends the memberships s left that still drain what they had queued (a TCP ring's
+ * members keep delivering that after they left): their messages and views are released. The
+ * subscriber is being destroyed; I/O thread, s->mu not held. */
+void ezi_lchan_purge(ez_sub *s);
 
 /* sublink.c: the graph link's event handler (I/O thread). */
 void ezi_sub_on_graph(ezi_watch *w, uint32_t ev);

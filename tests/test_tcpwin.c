@@ -1,8 +1,9 @@
-/* The TCP window between ezmsg-c peers (src/pubwin.c, ezi_chan_win_start): a real publisher
- * against a channel played by hand (the window's size, the rule that an entry still taken holds
- * the next message back, the byte budget, acks out of order), a real channel against a publisher
- * played by hand (what it accepts, and that it drops a publisher breaking the rules), and a real
- * publisher process streaming to a subscriber here with and without the window. */
+/* The TCP window between ezmsg-c peers (src/pubwin.c, src/tcpring.c): a real publisher against a
+ * channel played by hand (the window's size, the rule that an entry still taken holds the next
+ * message back, the byte budget, acks out of order), a real channel against a publisher played by
+ * hand (what it accepts, acks in order once every member released, and that it drops a publisher
+ * breaking the rules), and a real publisher process streaming to a subscriber here with and
+ * without the window. */
 #include "harness.h"
 #include "marshal.h"
 #include "rawproto.h"
@@ -310,8 +311,9 @@ static long long chan_window(ez_context *ctx) {
   return v;
 }
 
-/* A window of 16 on 4 buffers: 16 messages held by the subscriber at once arrive intact; each
- * release acks its own. */
+/* A window of 16 on 4 buffers: 16 messages held by the subscriber at once arrive intact. Acks go
+ * in order (tcpring.c): released from the last to the second, nothing is acked; the release of
+ * the first acks all 16. */
 static void test_channel_window(void **state) {
   (void)state;
   ez_context *ctx;
@@ -324,8 +326,11 @@ static void test_channel_window(void **state) {
   for (uint64_t id = 0; id < 16; id++)
     expect_msg(s, &m[id], id, 100);
   assert_int_equal(chan_window(ctx), 16);
-  for (uint64_t id = 16; id-- > 0;) { /* released out of order: acked so */
+  for (uint64_t id = 16; id-- > 1;)
     ez_msg_release(&m[id]);
+  assert_true(rp_quiet_for(f.data, 200)); /* message 0 is still held */
+  ez_msg_release(&m[0]);
+  for (uint64_t id = 0; id < 16; id++) {
     rp_expect_u8(f.data, EZI_RX_ACK);
     assert_int_equal(rp_rd_u64(f.data), id);
   }
@@ -337,10 +342,58 @@ static void test_channel_window(void **state) {
   ez_context_close(ctx);
 }
 
+/* Two subscribers of one process share the channel: each gets every message, and a message is
+ * acked once both released it. A third joins mid-stream and gets what comes after. */
+static void test_channel_window_members(void **state) {
+  (void)state;
+  ez_context *ctx;
+  fake f;
+  ez_sub *a = sub_with_fake(&ctx, &f, "/win/two");
+  ez_sub *b = NULL, *late = NULL;
+  assert_int_equal(ez_sub_create(ctx, "/win/two", NULL, &b), 0); /* the same channel */
+  fake_win(&f, 0, 16, 8 << 20);
+  for (uint64_t id = 0; id < 8; id++)
+    fake_send(&f, id, 30);
+  ez_msg m;
+  for (uint64_t id = 0; id < 8; id++) {
+    expect_msg(a, &m, id, 30);
+    ez_msg_release(&m);
+  }
+  assert_true(rp_quiet_for(f.data, 200)); /* b holds them all still */
+  for (uint64_t id = 0; id < 8; id++) {
+    expect_msg(b, &m, id, 30);
+    ez_msg_release(&m);
+  }
+  for (uint64_t id = 0; id < 8; id++) {
+    rp_expect_u8(f.data, EZI_RX_ACK);
+    assert_int_equal(rp_rd_u64(f.data), id);
+  }
+  assert_int_equal(ez_sub_create(ctx, "/win/two", NULL, &late), 0);
+  for (uint64_t id = 8; id < 24; id++) /* entries 8..15, then 0..7 again */
+    fake_send(&f, id, 40);
+  for (uint64_t id = 8; id < 24; id++) {
+    expect_msg(late, &m, id, 40);
+    ez_msg_release(&m);
+    expect_msg(a, &m, id, 40);
+    ez_msg_release(&m);
+    expect_msg(b, &m, id, 40);
+    ez_msg_release(&m);
+  }
+  for (uint64_t id = 8; id < 24; id++) {
+    rp_expect_u8(f.data, EZI_RX_ACK);
+    assert_int_equal(rp_rd_u64(f.data), id);
+  }
+  fake_end(&f);
+  ez_sub_destroy(late);
+  ez_sub_destroy(b);
+  ez_sub_destroy(a);
+  ez_context_close(ctx);
+}
+
 /* Each way of breaking the window's rules drops the link, and nothing false is delivered:
  * 0: a window larger than a channel accepts; 1: X_WIN while a message is held; 2: a 17th message
  * in a window of 16 (its entry is taken); 3: beyond the byte budget after num_buffers messages;
- * 4: a window smaller than num_buffers. */
+ * 4: a window smaller than num_buffers; 5: a message out of order (one skipped). */
 static void window_violation(int kind) {
   ez_context *ctx;
   fake f;
@@ -374,7 +427,14 @@ static void window_violation(int kind) {
     }
     fake_send(&f, 5, 64);
     break;
-  default: fake_win(&f, 0, 2, 8 << 20); break;
+  case 4: fake_win(&f, 0, 2, 8 << 20); break;
+  default:
+    fake_win(&f, 0, 16, 8 << 20);
+    fake_send(&f, 0, 10);
+    expect_msg(s, &m[held], 0, 10);
+    held++;
+    fake_send(&f, 2, 10);
+    break;
   }
   assert_true(rp_hung_up(f.data, TMO));
   ez_msg extra;
@@ -409,6 +469,11 @@ static void test_channel_over_budget(void **state) {
 static void test_channel_too_small(void **state) {
   (void)state;
   window_violation(4);
+}
+
+static void test_channel_skipped(void **state) {
+  (void)state;
+  window_violation(5);
 }
 
 /* The channel's in_flight in this process's profile (-1: no channel). */
@@ -531,11 +596,13 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_publisher_byte_budget, setup, teardown),
       cmocka_unit_test_setup_teardown(test_publisher_window_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_channel_window, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_channel_window_members, setup, teardown),
       cmocka_unit_test_setup_teardown(test_channel_too_large, setup, teardown),
       cmocka_unit_test_setup_teardown(test_channel_held, setup, teardown),
       cmocka_unit_test_setup_teardown(test_channel_overrun, setup, teardown),
       cmocka_unit_test_setup_teardown(test_channel_over_budget, setup, teardown),
       cmocka_unit_test_setup_teardown(test_channel_too_small, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_channel_skipped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_queue_outlives_link, setup, teardown),
       cmocka_unit_test_setup_teardown(test_destroy_with_queue_of_lost_link, setup, teardown),
       cmocka_unit_test_setup_teardown(test_spare_buffers, setup, teardown),

@@ -1,0 +1,163 @@
+/* A TCP ring: the channel of a remote ezmsg-c publisher that granted a TCP window (X_WIN, see
+ * pubwin.c) works as an in-process channel (localchan.c) whose publisher is its own I/O thread.
+ *
+ * The I/O thread copies each TX_TCP message into a buffer of the entry msg_id % lsn, puts it in
+ * the channel's ring, and publishes it: receivers take and release it without a lock of the
+ * channel's, as from a local publisher. Acknowledgements go the other way in order: the I/O
+ * thread sends RX_ACK for each message, from the first unacknowledged one (wack), whose entry no
+ * member holds any more, and stops at the first still held. It does so after every read, and
+ * when a release asks for it (ezi_tcpring_released) through the context's wake hook: one write
+ * per batch of releases, and no lock shared with the receivers per message.
+ *
+ * The window's rules are checked here as the publisher keeps them (pubwin.c): messages come in
+ * order, each to an entry acknowledged already, and beyond nbuf in flight they take at most
+ * win_bytes. A publisher that breaks them loses the link. Buffers live until the channel goes (a
+ * message still held or queued after the link is lost stays valid), and are reused for the next
+ * message of their entry; those over EZI_CHAN_SPARE_MAX are freed once acknowledged. */
+#include "channel.h"
+#include "txframe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SEQ __ATOMIC_SEQ_CST
+
+int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes) {
+  if (c->ls || c->win_on || msgs < c->nbuf || msgs > EZI_WIN_MAX_MSGS || bytes > EZI_WIN_MAX_BYTES)
+    return EZ_EPROTO;
+  lslot *ls = ezi_lchan_ring_new((uint32_t)msgs);
+  struct ezi_wbuf *wb = calloc((size_t)msgs, sizeof *wb);
+  uint8_t *wacks = malloc((size_t)msgs * 9);
+  uint64_t **t0s = calloc(c->n_subs + 1, sizeof *t0s);
+  int rc = ls && wb && wacks && t0s ? 0 : EZ_ENOMEM;
+  for (size_t i = 0; !rc && i < c->n_subs; i++)
+    if (!(t0s[i] = calloc((size_t)msgs, sizeof **t0s))) rc = EZ_ENOMEM;
+  pthread_mutex_lock(&c->mu);
+  for (uint32_t i = 0; !rc && i < c->nslot; i++)
+    if (c->slots[i].live) rc = EZ_EPROTO; /* it did not wait until we held nothing */
+  if (!rc) { /* subscribers join on this thread only: c->subs is the list t0s was made for */
+    for (size_t i = 0; i < c->n_subs; i++) {
+      free(c->subs[i]->t0);
+      c->subs[i]->t0 = t0s[i];
+      t0s[i] = NULL;
+    }
+    free(c->slots);
+    c->slots = NULL;
+    c->nslot = 0;
+    c->ls = ls;
+    c->lsn = (uint32_t)msgs;
+    c->wbuf = wb;
+    c->wacks = wacks;
+    ls = NULL;
+    wb = NULL;
+    wacks = NULL;
+    c->win_bytes = bytes;
+    c->wack = c->wnext = start_id;
+    c->win_on = c->tcp_ring = true;
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (!rc) { /* nobody puts yet, but joins and leaves order themselves by pull_mu */
+    pthread_mutex_lock(&c->pull_mu);
+    rc = ezi_lchan_attach(c, start_id);
+    pthread_mutex_unlock(&c->pull_mu);
+  }
+  for (size_t i = 0; t0s && i < c->n_subs; i++)
+    free(t0s[i]);
+  free(t0s);
+  free(wb);
+  free(wacks);
+  free(ls);
+  if (!rc)
+    EZI_DEBUG("channel %s: up to %llu messages from publisher %s in flight from %llu on", c->id,
+              (unsigned long long)msgs, c->pub_id, (unsigned long long)start_id);
+  return rc;
+}
+
+int ezi_tcpring_frame(chan *c, const ezi_tx_frame *f, uint64_t now) {
+  uint64_t id = f->msg_id, size = f->size;
+  if (f->cmd != EZI_TX_TCP || id != c->wnext) return EZ_EPROTO; /* not the next message */
+  if (id - c->wack >= c->lsn) return EZ_EPROTO; /* its entry is not acknowledged yet */
+  if (id - c->wack >= c->nbuf && c->live_bytes + size > c->win_bytes) return EZ_EPROTO;
+  uint32_t idx = (uint32_t)(id % c->lsn);
+  struct ezi_wbuf *b = &c->wbuf[idx];
+  if (b->cap < size || !b->p) {
+    size_t cap = size < 256 ? 256 : (size_t)size;
+    uint8_t *p = malloc(cap);
+    if (!p) return EZ_ENOMEM;
+    free(b->p);
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p, f->body, (size_t)size);
+  ezi_unmarshalled um;
+  if (ezi_unmarshal(b->p, (size_t)size, &um) || um.size != size || um.msg_id != id ||
+      um.raw_pickle) /* an ezmsg-c publisher sends bytes */
+    return EZ_EPROTO;
+  b->bytes = size;
+  c->live_bytes += size;
+  c->mode = "tcp";
+  uint64_t t0 = ezi_stamp_pick(&c->stamps, now); /* at high rates, only some are timed */
+  /* Members join and leave on this thread: they stay the same until the read is published. */
+  ezi_lchan_fill(c, id, um.payload, um.payload_len, t0, NULL); /* nobody: acked at the scan */
+  c->wnext = id + 1;
+  return 0;
+}
+
+void ezi_tcpring_scan(chan *c) {
+  uint8_t *acks = c->wacks; /* room for a whole window's: one write for all */
+  size_t n = 0;
+  uint64_t end = __atomic_load_n(&c->published, __ATOMIC_RELAXED);
+  while (c->wack < end) {
+    uint32_t idx = (uint32_t)(c->wack % c->lsn);
+    if (__atomic_load_n(&c->ls[idx].refs, __ATOMIC_ACQUIRE)) break; /* pairs with slot_drop */
+    struct ezi_wbuf *b = &c->wbuf[idx];
+    c->live_bytes -= b->bytes;
+    b->bytes = 0;
+    if (b->cap > EZI_CHAN_SPARE_MAX) { /* keep only small ones around */
+      free(b->p);
+      b->p = NULL;
+      b->cap = 0;
+    }
+    acks[n] = EZI_RX_ACK;
+    ezi_put_u64le(acks + n + 1, c->wack++);
+    n += 9;
+  }
+  if (n) ezi_outbox_put_now(c->ctx, &c->acks, acks, n); /* a closed link's outbox drops them */
+}
+
+void ezi_tcpring_read_done(chan *c) {
+  pthread_mutex_lock(&c->pull_mu);
+  __atomic_store_n(&c->published, c->wnext, SEQ); /* the read's messages, at once */
+  ezi_lchan_signal_all(c);
+  pthread_mutex_unlock(&c->pull_mu);
+  ezi_tcpring_scan(c);
+}
+
+bool ezi_tcpring_ask(chan *c, uint64_t msg_id, bool more) {
+  if (more && (msg_id & 31) != 31) return false;
+  return !__atomic_load_n(&c->ack_want, SEQ); /* (SEQ: after the release's drop) */
+}
+
+void ezi_tcpring_released(chan *c) {
+  ez_context *ctx = c->ctx;
+  __atomic_store_n(&c->ack_want, 1, SEQ);
+  if (!__atomic_exchange_n(&ctx->acks_posted, 1, SEQ)) ezi_loop_wake(ctx->loop);
+}
+
+void ezi_tcpring_acks(ez_context *ctx) {
+  if (!__atomic_exchange_n(&ctx->acks_posted, 0, SEQ)) return;
+  /* Channels are created and destroyed on this thread only: the list is stable here. */
+  for (size_t i = 0; i < ctx->n_chans; i++) {
+    chan *c = ctx->chans[i];
+    if (c->tcp_ring && __atomic_exchange_n(&c->ack_want, 0, SEQ)) ezi_tcpring_scan(c);
+  }
+}
+
+void ezi_tcpring_free(chan *c) {
+  for (uint32_t i = 0; c->wbuf && i < c->lsn; i++)
+    free(c->wbuf[i].p);
+  free(c->wbuf);
+  free(c->wacks);
+  c->wbuf = NULL;
+  c->wacks = NULL;
+}
