@@ -398,7 +398,7 @@ for tr in ZT:
 w("")
 
 w("Over TCP, two ezmsg-c processes negotiate a window of their own, larger than num_buffers "
-  "(`EZMSG_TCP_WINDOW`, default 1024 messages within 8 MiB; docs/architecture.md): the first table "
+  "(`EZMSG_TCP_WINDOW`, default 8192 messages within 8 MiB; docs/architecture.md): the first table "
   "runs with it. The same 64 B runs with `EZMSG_TCP_WINDOW=0` (the protocol's window of "
   "num_buffers, as with Python peers):")
 w("")

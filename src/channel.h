@@ -71,16 +71,20 @@ struct chan {
    * one (ls, lsn entries) whose publisher is its own I/O thread. I/O thread only, except tcp_ring
    * and lsn, which are set before any member can see them. */
   bool win_on, tcp_ring;
-  uint64_t win_bytes;  /* the byte budget beyond nbuf messages in flight */
-  uint64_t live_bytes; /* what the unacknowledged messages [wack, published) take */
-  uint64_t wack;       /* the first message not acknowledged yet */
-  uint64_t wnext;      /* the next message expected (published once its read is done) */
+  uint64_t win_bytes;   /* the byte budget beyond nbuf messages in flight */
+  uint64_t live_bytes;  /* what the unacknowledged messages [wack, published) take */
+  uint64_t wack;        /* the first message not acknowledged yet */
+  uint64_t wnext;       /* the next message expected (published once its read is done) */
+  uint64_t wscan;       /* [wack, wscan): free, not acknowledged yet ... */
+  uint64_t wfree_bytes; /* ... and their bytes */
+  bool wread;           /* a read since the last idle scan (ezi_tcpring_idle) */
   struct ezi_wbuf {
     uint8_t *p;
     size_t cap;
     uint64_t bytes; /* the frame's size */
   } * wbuf;         /* per entry: the bytes of its message, reused for the next one */
   uint8_t *wacks;   /* room for a window's RX_ACKs, written at once */
+  uint64_t wkept;   /* the buffers' sizes, in all */
   int ack_want; /* atomic: a release asks the I/O thread to acknowledge (ezi_tcpring_released) */
   chan_sub **subs;
   size_t n_subs;
@@ -170,22 +174,23 @@ int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes
 /* tcpring.c: a TX_TCP frame (f, whole) on a TCP ring: checked against the window and put for the
  * members. 0, or EZ_EPROTO (the publisher broke the window), EZ_ENOMEM. I/O thread. */
 int ezi_tcpring_frame(chan *c, const ezi_tx_frame *f, uint64_t now);
-/* tcpring.c: acknowledges, in order, the messages every member released (one write for all).
- * I/O thread. */
-void ezi_tcpring_scan(chan *c);
-/* tcpring.c: after a read's frames: wakes the members that sleep (once for all the messages of
- * the read), then ezi_tcpring_scan. I/O thread. */
+/* tcpring.c: after a read's frames: publishes them, wakes the members that sleep (once for all
+ * the messages of the read), and acknowledges what was released if that is a quarter of the
+ * window. I/O thread. */
 void ezi_tcpring_read_done(chan *c);
 /* tcpring.c: the release of message msg_id of TCP ring c was its last (its entry is free);
  * `more`: its receiver has more to take at once. ezi_tcpring_ask tells whether to ask the I/O
- * thread to acknowledge: when the receiver caught up, or every 32 messages (a receiver that keeps
- * taking releases again soon, and the I/O thread scans after every read anyway), unless asked
- * already. ezi_tcpring_released asks (it may write to the wake-up eventfd: call it with no lock
- * held, and c alive). Any thread. */
+ * thread to acknowledge: only if it sleeps (an awake one acknowledges in its idle hook), when the
+ * receiver caught up or every 64 messages (a receiver that keeps taking releases again soon),
+ * unless asked already. ezi_tcpring_released asks (it may write to the wake-up eventfd: call it
+ * with no lock held, and c alive). Any thread. */
 bool ezi_tcpring_ask(chan *c, uint64_t msg_id, bool more);
 void ezi_tcpring_released(chan *c);
 /* tcpring.c: the acknowledgements releases asked for (the context's wake hook). I/O thread. */
 void ezi_tcpring_acks(ez_context *ctx);
+/* tcpring.c: the loop's idle hook (loop.h): acknowledges what was released on the TCP rings whose
+ * stream paused (not read in this round of events), or on all of them before the loop sleeps. */
+void ezi_tcpring_idle(void *arg, bool sleep);
 /* tcpring.c: frees the message buffers (chan_destroy). */
 void ezi_tcpring_free(chan *c);
 /* The link of a ready channel failed (it is closed already): the channel is marked failed and

@@ -288,6 +288,7 @@ int ez_context_open(const char *address, ez_context **out) {
     ctx->tcp_window = tcp_window();
     ezi_loop_set_spin(ctx->loop, ctx->spin_ns);
     ezi_loop_set_wake_hook(ctx->loop, flush_dirty, ctx);
+    ezi_loop_set_idle_hook(ctx->loop, ezi_tcpring_idle, ctx);
     if (pthread_create(&ctx->thread, NULL, io_thread, ctx)) rc = EZ_ESYS;
   }
   if (rc) {

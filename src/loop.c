@@ -42,6 +42,9 @@ struct ezi_loop {
   int stop; /* atomic */
   ezi_task_fn wake_hook;
   void *wake_arg;
+  ezi_idle_fn idle_hook;
+  void *idle_arg;
+  int sleeping; /* atomic: ezi_loop_sleeping */
 };
 
 static void on_wake(ezi_watch *w, uint32_t ev) {
@@ -153,6 +156,15 @@ void ezi_loop_set_wake_hook(ezi_loop *l, ezi_task_fn fn, void *arg) {
   l->wake_arg = arg;
 }
 
+void ezi_loop_set_idle_hook(ezi_loop *l, ezi_idle_fn fn, void *arg) {
+  l->idle_hook = fn;
+  l->idle_arg = arg;
+}
+
+bool ezi_loop_sleeping(const ezi_loop *l) {
+  return __atomic_load_n(&l->sleeping, __ATOMIC_SEQ_CST) != 0;
+}
+
 void ezi_loop_stop(ezi_loop *l) {
   __atomic_store_n(&l->stop, 1, __ATOMIC_RELEASE);
   ezi_loop_wake(l);
@@ -216,7 +228,14 @@ int ezi_loop_run(ezi_loop *l) {
         sched_yield(); /* anything else runnable on this CPU goes first */
       l->spin_score = l->spin_score - l->spin_score / 8 + (n > 0 ? 128 : 0);
     }
-    if (n == 0) n = epoll_wait(l->epfd, l->events, MAX_EVENTS, tmo);
+    if (n == 0) {
+      if (l->idle_hook && tmo != 0) { /* announced first: see ezi_loop_sleeping */
+        __atomic_store_n(&l->sleeping, 1, __ATOMIC_SEQ_CST);
+        l->idle_hook(l->idle_arg, true);
+      }
+      n = epoll_wait(l->epfd, l->events, MAX_EVENTS, tmo);
+      __atomic_store_n(&l->sleeping, 0, __ATOMIC_RELAXED);
+    }
     l->n_events = n > 0 ? n : 0;
     bool woke = false;
     for (l->cur_event = 0; l->cur_event < l->n_events;) {
@@ -231,6 +250,7 @@ int ezi_loop_run(ezi_loop *l) {
       run_posts(l);
       if (l->wake_hook) l->wake_hook(l->wake_arg);
     }
+    if (l->idle_hook && n > 0) l->idle_hook(l->idle_arg, false);
     run_timers(l);
   }
   run_posts(l);

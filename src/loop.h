@@ -48,6 +48,14 @@ int ezi_loop_post(ezi_loop *l, ezi_task_fn fn, void *arg);
 void ezi_loop_wake(ezi_loop *l);
 /* A hook run on the loop thread after every wake-up (used for lock-free hand-offs). */
 void ezi_loop_set_wake_hook(ezi_loop *l, ezi_task_fn fn, void *arg);
+/* A hook run on the loop thread after every round of events (sleep false), and before the loop
+ * sleeps (sleep true; ezi_loop_sleeping is true from just before the call until the loop wakes):
+ * work that waits for a quiet moment, such as acknowledgements sent in batches (tcpring.c). */
+typedef void (*ezi_idle_fn)(void *arg, bool sleep);
+void ezi_loop_set_idle_hook(ezi_loop *l, ezi_idle_fn fn, void *arg);
+/* True while the loop sleeps, or is about to (see ezi_loop_set_idle_hook): work for its idle
+ * hook must then wake it (ezi_loop_wake). Sequentially consistent. Any thread. */
+bool ezi_loop_sleeping(const ezi_loop *l);
 
 /* Makes the loop poll for up to spin_ns before each sleep, while polling keeps finding events
  * (0: never). Before ezi_loop_run. */

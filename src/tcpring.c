@@ -13,7 +13,8 @@
  * order, each to an entry acknowledged already, and beyond nbuf in flight they take at most
  * win_bytes. A publisher that breaks them loses the link. Buffers live until the channel goes (a
  * message still held or queued after the link is lost stays valid), and are reused for the next
- * message of their entry; those over EZI_CHAN_SPARE_MAX are freed once acknowledged. */
+ * message of their entry; once acknowledged, those over EZI_CHAN_SPARE_MAX are freed, and so are
+ * others while the buffers kept take more than the byte budget. */
 #include "channel.h"
 #include "txframe.h"
 
@@ -52,7 +53,7 @@ int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes
     wb = NULL;
     wacks = NULL;
     c->win_bytes = bytes;
-    c->wack = c->wnext = start_id;
+    c->wack = c->wnext = c->wscan = start_id;
     c->win_on = c->tcp_ring = true;
   }
   pthread_mutex_unlock(&c->mu);
@@ -85,8 +86,10 @@ int ezi_tcpring_frame(chan *c, const ezi_tx_frame *f, uint64_t now) {
     uint8_t *p = malloc(cap);
     if (!p) return EZ_ENOMEM;
     free(b->p);
+    c->wkept -= b->cap;
     b->p = p;
     b->cap = cap;
+    c->wkept += cap;
   }
   memcpy(b->p, f->body, (size_t)size);
   ezi_unmarshalled um;
@@ -103,26 +106,35 @@ int ezi_tcpring_frame(chan *c, const ezi_tx_frame *f, uint64_t now) {
   return 0;
 }
 
-void ezi_tcpring_scan(chan *c) {
-  uint8_t *acks = c->wacks; /* room for a whole window's: one write for all */
-  size_t n = 0;
+/* Acknowledges, in order, the messages no member holds any more, in one write: if there are at
+ * least min_n of them, or they take at least min_bytes. Entries [wack, wscan) are known to be
+ * free already (a free entry stays so until it is acknowledged and reused). */
+static void scan(chan *c, uint64_t min_n, uint64_t min_bytes) {
   uint64_t end = __atomic_load_n(&c->published, __ATOMIC_RELAXED);
-  while (c->wack < end) {
-    uint32_t idx = (uint32_t)(c->wack % c->lsn);
+  while (c->wscan < end) {
+    uint32_t idx = (uint32_t)(c->wscan % c->lsn);
     if (__atomic_load_n(&c->ls[idx].refs, __ATOMIC_ACQUIRE)) break; /* pairs with slot_drop */
-    struct ezi_wbuf *b = &c->wbuf[idx];
-    c->live_bytes -= b->bytes;
+    c->wfree_bytes += c->wbuf[idx].bytes;
+    c->wscan++;
+  }
+  uint64_t n = c->wscan - c->wack;
+  if (!n || (n < min_n && c->wfree_bytes < min_bytes)) return;
+  uint8_t *acks = c->wacks; /* room for a whole window's */
+  for (uint64_t i = 0; i < n; i++) {
+    struct ezi_wbuf *b = &c->wbuf[c->wack % c->lsn];
     b->bytes = 0;
-    if (b->cap > EZI_CHAN_SPARE_MAX) { /* keep only small ones around */
+    if (b->cap > EZI_CHAN_SPARE_MAX || c->wkept > c->win_bytes) { /* keep small ones, a budget's */
       free(b->p);
+      c->wkept -= b->cap;
       b->p = NULL;
       b->cap = 0;
     }
-    acks[n] = EZI_RX_ACK;
-    ezi_put_u64le(acks + n + 1, c->wack++);
-    n += 9;
+    acks[9 * i] = EZI_RX_ACK;
+    ezi_put_u64le(acks + 9 * i + 1, c->wack++);
   }
-  if (n) ezi_outbox_put_now(c->ctx, &c->acks, acks, n); /* a closed link's outbox drops them */
+  c->live_bytes -= c->wfree_bytes;
+  c->wfree_bytes = 0;
+  ezi_outbox_put_now(c->ctx, &c->acks, acks, 9 * n); /* a closed link's outbox drops them */
 }
 
 void ezi_tcpring_read_done(chan *c) {
@@ -130,12 +142,20 @@ void ezi_tcpring_read_done(chan *c) {
   __atomic_store_n(&c->published, c->wnext, SEQ); /* the read's messages, at once */
   ezi_lchan_signal_all(c);
   pthread_mutex_unlock(&c->pull_mu);
-  ezi_tcpring_scan(c);
+  c->wread = true;
+  /* While the stream goes on, acks go in batches of a quarter of the window (of its messages or
+   * of its byte budget): the publisher's window stays open, and an ack costs the sending TCP
+   * stack (and the publisher's I/O thread) a system call each. The rest go when the stream
+   * pauses (ezi_tcpring_idle). */
+  scan(c, c->lsn / 4, c->win_bytes / 4);
 }
 
 bool ezi_tcpring_ask(chan *c, uint64_t msg_id, bool more) {
-  if (more && (msg_id & 31) != 31) return false;
-  return !__atomic_load_n(&c->ack_want, SEQ); /* (SEQ: after the release's drop) */
+  if (more && (msg_id & 63) != 63) return false;        /* it releases again soon */
+  if (__atomic_load_n(&c->ack_want, SEQ)) return false; /* asked already */
+  /* An I/O thread that is awake scans before it sleeps: only a sleeping one is woken. (SEQ:
+   * after the release's drop, against the loop's announcement before its idle scan.) */
+  return ezi_loop_sleeping(c->ctx->loop);
 }
 
 void ezi_tcpring_released(chan *c) {
@@ -149,7 +169,20 @@ void ezi_tcpring_acks(ez_context *ctx) {
   /* Channels are created and destroyed on this thread only: the list is stable here. */
   for (size_t i = 0; i < ctx->n_chans; i++) {
     chan *c = ctx->chans[i];
-    if (c->tcp_ring && __atomic_exchange_n(&c->ack_want, 0, SEQ)) ezi_tcpring_scan(c);
+    if (c->tcp_ring && __atomic_exchange_n(&c->ack_want, 0, SEQ)) scan(c, 1, 0);
+  }
+}
+
+void ezi_tcpring_idle(void *arg, bool sleep) {
+  ez_context *ctx = arg;
+  for (size_t i = 0; i < ctx->n_chans; i++) {
+    chan *c = ctx->chans[i];
+    if (!c->tcp_ring || c->state != CH_READY) continue;
+    /* A round that read this channel is not a pause of its stream; a round that did not, or the
+     * loop going to sleep, is. */
+    bool read = c->wread;
+    c->wread = false;
+    if (sleep || !read) scan(c, 1, 0);
   }
 }
 

@@ -44,7 +44,7 @@ extern "C" {
  * are in flight on a link, another goes only while they all take at most 8 MiB. See
  * ez_context_open. */
 #define EZ_TCP_WINDOW_ENV "EZMSG_TCP_WINDOW"
-#define EZ_TCP_WINDOW_DEFAULT 1024
+#define EZ_TCP_WINDOW_DEFAULT 8192
 #define EZ_MAX_CONTROL_STR (1u << 20) /* longest string accepted on a control link */
 #define EZ_DEFAULT_TIMEOUT_MS 5000    /* default for one-shot graph requests */
 
@@ -212,7 +212,8 @@ typedef struct ez_context ez_context;
  * memory instead of TX_SHM / RX_ACK frames, negotiated per channel (Python peers never see it);
  * $EZMSG_SHM_RING=0 turns that off for this context's channels and publishers. Over TCP between
  * two ezmsg-c processes, a publisher may have up to $EZMSG_TCP_WINDOW messages unacknowledged per
- * channel instead of num_buffers (default 1024, within 8 MiB beyond num_buffers; 0: off). */
+ * channel instead of num_buffers (default 8192, within 8 MiB beyond num_buffers; 0: off). A
+ * window costs ~100 bytes per message of it on the channel's side, ~24 on the publisher's. */
 int ez_context_open(const char *address, ez_context **out);
 
 /* The graph server address in use. Owned by the context. */
