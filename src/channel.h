@@ -7,10 +7,10 @@
 #include "shmring.h"
 #include "txframe.h"
 
-/* Spare TX_TCP buffers a channel with slots keeps (chan.spare): at most this many, of at most
+/* Spare TX_TCP buffers a channel keeps (chan.spare): at most this many; with slots, of at most
  * this size (bigger ones are freed): at most 8 MiB per channel, and only once that much was in
- * flight at the same time (num_buffers messages). A TCP ring keeps one buffer of at most this
- * size per entry of its window (tcpring.c). */
+ * flight at the same time (num_buffers messages). A TCP ring keeps them within its window's byte
+ * budget instead (tcpring.c). */
 #define EZI_CHAN_SPARES 1024u
 #define EZI_CHAN_SPARE_MAX 8192u
 
@@ -82,9 +82,9 @@ struct chan {
     uint8_t *p;
     size_t cap;
     uint64_t bytes; /* the frame's size */
-  } * wbuf;         /* per entry: the bytes of its message, reused for the next one */
+  } * wbuf;         /* per entry: the bytes of its message, until acknowledged */
   uint8_t *wacks;   /* room for a window's RX_ACKs, written at once */
-  uint64_t wkept;   /* the buffers' sizes, in all */
+  uint64_t wkept;   /* the sizes of the spare buffers (chan.spare, a stack in ring mode) */
   int ack_want; /* atomic: a release asks the I/O thread to acknowledge (ezi_tcpring_released) */
   chan_sub **subs;
   size_t n_subs;
@@ -174,9 +174,9 @@ int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes
 /* tcpring.c: a TX_TCP frame (f, whole) on a TCP ring: checked against the window and put for the
  * members. 0, or EZ_EPROTO (the publisher broke the window), EZ_ENOMEM. I/O thread. */
 int ezi_tcpring_frame(chan *c, const ezi_tx_frame *f, uint64_t now);
-/* tcpring.c: after a read's frames: publishes them, wakes the members that sleep (once for all
- * the messages of the read), and acknowledges what was released if that is a quarter of the
- * window. I/O thread. */
+/* tcpring.c: after a read's frames: publishes the messages they completed, wakes the members
+ * that sleep (once for all of them), and acknowledges what was released if that is a quarter of
+ * the window (or 512 KiB). I/O thread. */
 void ezi_tcpring_read_done(chan *c);
 /* tcpring.c: the release of message msg_id of TCP ring c was its last (its entry is free);
  * `more`: its receiver has more to take at once. ezi_tcpring_ask tells whether to ask the I/O
