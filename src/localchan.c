@@ -178,12 +178,25 @@ void ezi_lchan_arm(ez_sub *s) {
     if (s->locals[i]->ch->ring_on) __atomic_store_n(&s->locals[i]->ch->ring.h->rx_sleep, 1, SEQ);
 }
 
-bool ezi_lchan_take(ez_sub *s, ez_msg *m) {
+/* The member whose message ez_recv takes next (s->mu held), or NULL: one that left and drains
+ * what it had queued first (a TCP ring's; a later channel to the same publisher brings later
+ * messages), then round robin. */
+static chan_sub *next_member(ez_sub *s) {
+  for (size_t i = 0; i < s->n_locals; i++)
+    if (s->locals[i]->gone && s->locals[i]->next < avail_end(s->locals[i])) return s->locals[i];
   for (size_t k = 0; k < s->n_locals; k++) {
     size_t i = (s->lrr + k) % s->n_locals;
-    chan_sub *cs = s->locals[i];
-    if (cs->next >= avail_end(cs)) continue;
-    s->lrr = i + 1;
+    if (s->locals[i]->next < avail_end(s->locals[i])) {
+      s->lrr = i + 1;
+      return s->locals[i];
+    }
+  }
+  return NULL;
+}
+
+bool ezi_lchan_take(ez_sub *s, ez_msg *m) {
+  chan_sub *cs = next_member(s);
+  if (cs) {
     chan *c = cs->ch;
     uint64_t id = cs->next++;
     uint32_t idx = (uint32_t)(id % c->lsn);

@@ -1,13 +1,15 @@
 /* A TCP ring: the channel of a remote ezmsg-c publisher that granted a TCP window (X_WIN, see
  * pubwin.c) works as an in-process channel (localchan.c) whose publisher is its own I/O thread.
  *
- * The I/O thread copies each TX_TCP message into a buffer of the entry msg_id % lsn, puts it in
- * the channel's ring, and publishes it: receivers take and release it without a lock of the
- * channel's, as from a local publisher. Acknowledgements go the other way in order: the I/O
- * thread sends RX_ACK for each message, from the first unacknowledged one (wack), whose entry no
- * member holds any more, and stops at the first still held. It does so after every read, and
- * when a release asks for it (ezi_tcpring_released) through the context's wake hook: one write
- * per batch of releases, and no lock shared with the receivers per message.
+ * The I/O thread copies each TX_TCP message into a buffer of its own, fills the entry
+ * msg_id % lsn of the channel's ring, and publishes a read's messages at once: receivers take
+ * and release them without a lock of the channel's, as from a local publisher. Acknowledgements
+ * go the other way in order: the I/O thread sends RX_ACK for each message, from the first
+ * unacknowledged one (wack), whose entry no member holds any more, and stops at the first still
+ * held, in one write. While the stream goes on it does so in batches (ezi_tcpring_read_done);
+ * when it pauses, from the loop's idle hook (ezi_tcpring_idle); and a release wakes the I/O
+ * thread for it only if that sleeps (ezi_tcpring_ask). No lock is shared with the receivers per
+ * message.
  *
  * The window's rules are checked here as the publisher keeps them (pubwin.c): messages come in
  * order, each to an entry acknowledged already, and beyond nbuf in flight they take at most
