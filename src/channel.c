@@ -363,7 +363,7 @@ void ezi_chan_pub_gone(chan *c) {
   while (c->pub_users)
     pthread_cond_wait(&c->cv, &c->mu); /* wake-ups in progress finish first */
   pthread_mutex_unlock(&c->mu);
-  if (pub && c->ls) ezi_pub_hand_over(pub, &c->kept_seg, &c->kept_retired);
+  if (pub && c->ls) ezi_pub_hand_over(pub, &c->kept_seg, &c->kept_retired, c->kept_hot);
 }
 
 static void chan_destroy(chan *c) {
@@ -393,6 +393,8 @@ static void chan_destroy(chan *c) {
   ezi_tcpring_free(c);
   ezi_seg_unref(c->seg);
   ezi_seg_unref(c->kept_seg);
+  free(c->kept_hot[0]);
+  free(c->kept_hot[1]);
   ezi_seg_chain_free(c->kept_retired);
   free(c->slots);
   free(c->ls);

@@ -97,7 +97,8 @@ struct chan {
   uint32_t lsn;     /* its entries: nbuf, or a TCP window's size */
   chan_sub **lsubs; /* the members each new message counts (pub->mu) */
   size_t n_lsubs;   /* (pub->mu) */
-  ezi_seg *kept_seg; /* a gone publisher's segments, which messages still queued live in */
+  ezi_seg *kept_seg;    /* a gone publisher's segments, which messages still queued live in */
+  uint8_t *kept_hot[2]; /* ... and its hot buffers (pubhot.c) */
   ezi_seg_chain *kept_retired;
   /* ring mode: a remote ezmsg-c publisher's notices come through a shared ring (shmring.h), and
    * the channel works as a local one whose "publisher" is whoever pulls from the ring */

@@ -131,9 +131,10 @@ chan *ezi_ctx_find_chan(ez_context *ctx, const char *pub_id);
 void ezi_pub_local_wake(ez_pub *pub);
 /* Attaches the process's local channel (EZ_ENOMEM) or, with c NULL, detaches it. I/O thread. */
 int ezi_pub_set_local(ez_pub *pub, chan *c);
-/* The publisher goes away: hands its current segment (a new reference) and its retired ones over
- * to the local channel, whose queued messages and views may still live in them. I/O thread. */
-void ezi_pub_hand_over(ez_pub *pub, ezi_seg **seg, ezi_seg_chain **retired);
+/* The publisher goes away: hands its current segment (a new reference), its retired ones and its
+ * two hot buffers (hot[2], malloc'd or NULL) over to the local channel, whose queued messages and
+ * views may still live in them. I/O thread. */
+void ezi_pub_hand_over(ez_pub *pub, ezi_seg **seg, ezi_seg_chain **retired, uint8_t **hot);
 uint32_t ezi_pub_num_buffers(const ez_pub *pub);
 /* Profile JSON of a publisher (new reference). */
 json_t *ezi_pub_profile(ez_pub *pub, double window_s);
@@ -171,6 +172,8 @@ bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, ui
 bool ezi_lchan_fill(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now,
                     ezi_seg *seg);
 bool ezi_lchan_slot_free(chan *c, uint32_t idx, uint64_t *freed_at);
+/* The message entry idx of local channel c was last written for (by its publisher: pub->mu). */
+uint64_t ezi_lchan_msg_id(const chan *c, uint32_t idx);
 void ezi_lchan_set_wants(chan *c, uint32_t wants);
 /* The publisher of a local channel is going away. I/O thread. */
 void ezi_chan_pub_gone(chan *c);

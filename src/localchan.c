@@ -153,6 +153,8 @@ bool ezi_lchan_slot_free(chan *c, uint32_t idx, uint64_t *freed_at) {
   return true;
 }
 
+uint64_t ezi_lchan_msg_id(const chan *c, uint32_t idx) { return c->ls[idx].msg_id; }
+
 void ezi_lchan_set_wants(chan *c, uint32_t wants) { __atomic_store_n(&c->pub_wants, wants, SEQ); }
 
 /* ---- receiver side ------------------------------------------------------------------------- */

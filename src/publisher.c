@@ -51,6 +51,7 @@ int ezi_pub_set_local(ez_pub *p, chan *c) {
         p->in_flight--;
       }
     p->local = NULL;
+    ezi_pub_hot_reset(p);
     ezi_pub_check_sync(p);
     if (p->waiters) pthread_cond_broadcast(&p->cv);
   }
@@ -58,12 +59,13 @@ int ezi_pub_set_local(ez_pub *p, chan *c) {
   return rc;
 }
 
-void ezi_pub_hand_over(ez_pub *p, ezi_seg **seg, ezi_seg_chain **retired) {
+void ezi_pub_hand_over(ez_pub *p, ezi_seg **seg, ezi_seg_chain **retired, uint8_t **hot) {
   pthread_mutex_lock(&p->mu);
   ezi_seg_ref(p->seg);
   *seg = p->seg;
   *retired = p->retired;
   p->retired = NULL;
+  ezi_pub_hot_hand_over(p, hot);
   pthread_mutex_unlock(&p->mu);
 }
 
@@ -101,6 +103,7 @@ static void pub_free(ez_pub *p) {
   free(p->chans);
   ezi_seg_unref(p->seg);
   ezi_seg_chain_free(p->retired);
+  ezi_pub_hot_free(p);
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
   ezi_window_free(p->tel_msgs);
@@ -590,14 +593,17 @@ static void ring_put(ez_pub *p, pub_chan *pc, uint64_t id, uint64_t now) {
 }
 
 /* Sends the message now in slot idx (p->mu held). */
-static void send_slot(ez_pub *p, size_t len) {
+/* Sends the message in the next slot (its payload of len bytes there, or, for the local channel
+ * alone, at `local_data`: a hot buffer, pubhot.c). p->mu held. */
+static void send_slot(ez_pub *p, size_t len, const uint8_t *local_data) {
   uint64_t id = p->next_id, now = ezi_stamp(&p->stamps);
   uint32_t idx = (uint32_t)(id % p->nbuf);
   uint8_t *slot = ezi_seg_data(p->seg, idx);
   size_t total = EZI_MARSHAL_BYTES_HDR + len;
   ezi_marshal_bytes_header(slot, id, len);
   p->slot_msg[idx] = id;
-  if (p->local && ezi_lchan_put(p->local, id, slot + EZI_MARSHAL_BYTES_HDR, len, now, NULL, NULL)) {
+  const uint8_t *ld = local_data ? local_data : slot + EZI_MARSHAL_BYTES_HDR;
+  if (p->local && ezi_lchan_put(p->local, id, ld, len, now, NULL, NULL)) {
     p->local_t0[idx] = now;
     p->in_flight++;
   }
@@ -674,9 +680,10 @@ int ez_publish(ez_pub *p, const void *data, size_t len, int timeout_ms) {
   if (!p || (!data && len)) return EZ_EINVAL;
   int rc = take_slot(p, len, timeout_ms);
   if (rc) return rc;
+  uint8_t *hot = ezi_pub_hot_take(p, p->next_id, len); /* only this process reads it */
   uint8_t *slot = ezi_seg_data(p->seg, p->next_id % p->nbuf);
-  if (len) memcpy(slot + EZI_MARSHAL_BYTES_HDR, data, len);
-  send_slot(p, len);
+  if (len) memcpy(hot ? hot : slot + EZI_MARSHAL_BYTES_HDR, data, len);
+  send_slot(p, len, hot);
   pthread_mutex_unlock(&p->mu);
   return 0;
 }
@@ -700,7 +707,7 @@ int ez_pub_commit(ez_pub *p, size_t len) {
     pthread_mutex_unlock(&p->mu);
     return EZ_ECLOSED;
   }
-  send_slot(p, len);
+  send_slot(p, len, NULL);
   pthread_mutex_unlock(&p->mu);
   return 0;
 }

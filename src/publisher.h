@@ -87,7 +87,27 @@ struct ez_pub {
   ezi_stamper stamps;
   uint64_t msgs_seen, bytes_seen; /* the totals when tel_msgs last had them (the rest: unstamped) */
   uint64_t bp_untimed;            /* leases freed unstamped, not in tel_bp yet */
+  /* Hot buffers for large messages only this process reads (pubhot.c). */
+  struct ezi_hot {
+    uint8_t *p;
+    size_t cap;
+    uint64_t msg; /* the message it holds, if used */
+    bool used;
+  } hot[2];
+  int hot_last; /* the one used last */
 };
+
+/* pubhot.c (p->mu held): a buffer to copy message id's len payload bytes into instead of its slot,
+ * or NULL (use the slot): only with no remote channel, for messages of at least EZI_HOT_MIN
+ * bytes, and while the local members released one of the two buffers. ezi_pub_hot_hand_over: the
+ * buffers go to the local channel (out[2]; it frees them), the publisher is going away.
+ * ezi_pub_hot_reset: the local channel left (its members released everything). ezi_pub_hot_free:
+ * at the publisher's end. */
+#define EZI_HOT_MIN 65536
+uint8_t *ezi_pub_hot_take(ez_pub *p, uint64_t id, size_t len);
+void ezi_pub_hot_hand_over(ez_pub *p, uint8_t **out);
+void ezi_pub_hot_reset(ez_pub *p);
+void ezi_pub_hot_free(ez_pub *p);
 
 /* pubserve.c */
 int ezi_pub_serve_start(ez_pub *pub, int graph_fd, int listen_fd);
