@@ -7,10 +7,9 @@
 #include "shmring.h"
 #include "txframe.h"
 
-/* Spare TX_TCP buffers a channel keeps (chan.spare): at most this many; with slots, of at most
+/* Spare TX_TCP buffers a channel with slots keeps (chan.spare): at most this many, of at most
  * this size (bigger ones are freed): at most 8 MiB per channel, and only once that much was in
- * flight at the same time (num_buffers messages). A TCP ring keeps them within its window's byte
- * budget instead (tcpring.c). */
+ * flight at the same time (num_buffers messages). A TCP ring keeps its own (wspare, tcpring.c). */
 #define EZI_CHAN_SPARES 1024u
 #define EZI_CHAN_SPARE_MAX 8192u
 
@@ -81,11 +80,13 @@ struct chan {
   struct ezi_wbuf {
     uint8_t *p;
     size_t cap;
-    uint64_t bytes; /* the frame's size */
-  } * wbuf;         /* per entry: the bytes of its message, until acknowledged */
-  uint8_t *wacks;   /* room for a window's RX_ACKs, written at once */
-  uint64_t wkept;   /* the sizes of the spare buffers (chan.spare, a stack in ring mode) */
-  int ack_want; /* atomic: a release asks the I/O thread to acknowledge (ezi_tcpring_released) */
+    uint64_t bytes;        /* the frame's size */
+  } * wbuf;                /* per entry: the bytes of its message, until acknowledged */
+  uint8_t *wacks;          /* room for a window's RX_ACKs, written at once */
+  struct ezi_wbuf *wspare; /* buffers of acknowledged messages, for the next ones (a stack) */
+  uint32_t n_wspare;
+  uint64_t wkept; /* their sizes, in all */
+  int ack_want;   /* atomic: a release asks the I/O thread to acknowledge (ezi_tcpring_released) */
   chan_sub **subs;
   size_t n_subs;
   int refs; /* chan_subs alive (chan->mu) */

@@ -29,9 +29,10 @@ int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes
     return EZ_EPROTO;
   lslot *ls = ezi_lchan_ring_new((uint32_t)msgs);
   struct ezi_wbuf *wb = calloc((size_t)msgs, sizeof *wb);
+  struct ezi_wbuf *spare = calloc((size_t)msgs, sizeof *spare);
   uint8_t *wacks = malloc((size_t)msgs * 9);
   uint64_t **t0s = calloc(c->n_subs + 1, sizeof *t0s);
-  int rc = ls && wb && wacks && t0s ? 0 : EZ_ENOMEM;
+  int rc = ls && wb && spare && wacks && t0s ? 0 : EZ_ENOMEM;
   for (size_t i = 0; !rc && i < c->n_subs; i++)
     if (!(t0s[i] = calloc((size_t)msgs, sizeof **t0s))) rc = EZ_ENOMEM;
   pthread_mutex_lock(&c->mu);
@@ -50,8 +51,10 @@ int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes
     c->lsn = (uint32_t)msgs;
     c->wbuf = wb;
     c->wacks = wacks;
+    c->wspare = spare;
     ls = NULL;
     wb = NULL;
+    spare = NULL;
     wacks = NULL;
     c->win_bytes = bytes;
     c->wack = c->wnext = c->wscan = start_id;
@@ -67,6 +70,7 @@ int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes
     free(t0s[i]);
   free(t0s);
   free(wb);
+  free(spare);
   free(wacks);
   free(ls);
   if (!rc)
@@ -75,40 +79,31 @@ int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes
   return rc;
 }
 
-/* The channel's spare buffers (chan.spare, used by this thread alone in ring mode) are a stack:
- * the buffer an ack freed last, still warm in this thread's cache, carries the next message. */
+/* Buffers of acknowledged messages, kept for the next ones (wspare, this thread's alone): a stack,
+ * so that the buffer an ack freed last, still warm in this thread's cache, carries the next
+ * message. A window's worth at most (a malloc and a free per message beyond a smaller stack made
+ * glibc trim and madvise its arena hundreds of times a second), within its byte budget. */
 static uint8_t *buf_get(chan *c, size_t n, size_t *cap) {
-  uint32_t h = __atomic_load_n(&c->spare_head, __ATOMIC_RELAXED);
-  uint32_t t = __atomic_load_n(&c->spare_tail, __ATOMIC_RELAXED);
-  if (t != h) {
-    t--;
-    uint8_t *p = c->spare[t % EZI_CHAN_SPARES].p;
-    size_t have = c->spare[t % EZI_CHAN_SPARES].cap;
-    __atomic_store_n(&c->spare_tail, t, __ATOMIC_RELAXED);
-    c->wkept -= have;
-    if (have >= n) {
-      *cap = have;
-      return p;
+  if (c->n_wspare) {
+    struct ezi_wbuf *top = &c->wspare[--c->n_wspare];
+    c->wkept -= top->cap;
+    if (top->cap >= n) {
+      *cap = top->cap;
+      return top->p;
     }
-    free(p); /* too small for this one */
+    free(top->p); /* too small for this one */
   }
   *cap = n < 256 ? 256 : n;
   return malloc(*cap);
 }
 
-/* Keeps an acknowledged message's buffer for the next ones: at most EZI_CHAN_SPARES of them,
- * taking at most the window's byte budget; frees it otherwise. */
 static void buf_put(chan *c, uint8_t *p, size_t cap) {
   if (!p) return;
-  uint32_t h = __atomic_load_n(&c->spare_head, __ATOMIC_RELAXED);
-  uint32_t t = __atomic_load_n(&c->spare_tail, __ATOMIC_RELAXED);
-  if (t - h >= EZI_CHAN_SPARES || c->wkept + cap > c->win_bytes) {
+  if (c->n_wspare == c->lsn || c->wkept + cap > c->win_bytes) {
     free(p);
     return;
   }
-  c->spare[t % EZI_CHAN_SPARES].p = p;
-  c->spare[t % EZI_CHAN_SPARES].cap = cap;
-  __atomic_store_n(&c->spare_tail, t + 1, __ATOMIC_RELAXED);
+  c->wspare[c->n_wspare++] = (struct ezi_wbuf){.p = p, .cap = cap};
   c->wkept += cap;
 }
 
@@ -216,8 +211,12 @@ void ezi_tcpring_idle(void *arg, bool sleep) {
 void ezi_tcpring_free(chan *c) {
   for (uint32_t i = 0; c->wbuf && i < c->lsn; i++)
     free(c->wbuf[i].p);
+  for (uint32_t i = 0; i < c->n_wspare; i++)
+    free(c->wspare[i].p);
   free(c->wbuf);
+  free(c->wspare);
   free(c->wacks);
-  c->wbuf = NULL;
+  c->wbuf = c->wspare = NULL;
   c->wacks = NULL;
+  c->n_wspare = 0;
 }
