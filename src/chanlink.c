@@ -192,8 +192,13 @@ static void on_pub(ezi_watch *w, uint32_t ev) {
       long used = c->state == CH_CONNECTING ? handshake(c) : data_frame(c, now);
       if (used == GONE) return;
       if (used < 0) {
-        EZI_WARN("channel %s: bad data from publisher %s (%s); dropping the link", c->id, c->pub_id,
-                 ez_strerror((int)used));
+        if (used == EZ_ENOMEM)
+          EZI_WARN("channel %s: out of memory for a message of publisher %s; dropping the link "
+                   "(it is joined again)",
+                   c->id, c->pub_id);
+        else
+          EZI_WARN("channel %s: bad data from publisher %s (%s); dropping the link", c->id,
+                   c->pub_id, ez_strerror((int)used));
         if (c->tcp_ring) /* what arrived before the bad frame is delivered */
           ezi_tcpring_read_done(c);
         else

@@ -1,0 +1,153 @@
+/* Out of memory on the data path. This binary is linked with -Wl,--wrap=malloc (tests/CMakeLists
+ * .txt): every malloc of the library and of this file goes through wrap_malloc below, which fails
+ * the next `g_fail_count` allocations of exactly `g_fail_size` bytes (a size no other allocation
+ * here has, so the failure lands where the test aims it).
+ *
+ * - A TCP stream from an ezmsg-c publisher in another process: the buffer for an arriving
+ *   message cannot be allocated (src/tcpring.c, or channel.c before the window starts). The link
+ *   is dropped with a warning, the subscriber joins again by itself, and the stream goes on:
+ *   every message received is intact and in order, and messages keep coming after the failure.
+ * - A large in-process message whose hot buffer cannot be allocated (src/pubhot.c): ez_publish
+ *   puts it in its slot instead, and the subscriber gets it intact. */
+#include "harness.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TMO 30000
+
+void *__real_malloc(size_t n);
+void *__wrap_malloc(size_t n);
+
+static size_t g_fail_size; /* atomic */
+static int g_fail_count;   /* atomic: failures still to make */
+static int g_failed;       /* atomic: failures made */
+
+void *__wrap_malloc(size_t n) {
+  if (n == __atomic_load_n(&g_fail_size, __ATOMIC_SEQ_CST) &&
+      __atomic_sub_fetch(&g_fail_count, 1, __ATOMIC_SEQ_CST) >= 0) {
+    __atomic_add_fetch(&g_failed, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+  }
+  return __real_malloc(n);
+}
+
+static void fail_next(size_t size, int count) {
+  __atomic_store_n(&g_failed, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&g_fail_count, count, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&g_fail_size, size, __ATOMIC_SEQ_CST);
+}
+
+static void fail_none(void) {
+  __atomic_store_n(&g_fail_size, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&g_fail_count, 0, __ATOMIC_SEQ_CST);
+}
+
+static char g_addr[64];
+static pid_t g_server;
+
+static int setup(void **state) {
+  (void)state;
+  return th_server_up(g_addr, &g_server);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  fail_none();
+  return th_server_down(&g_server);
+}
+
+/* `ezmsg pub --size N` payloads: bytes 0..7 the message number (little-endian), byte i: i % 256.
+ * Returns the number, or UINT64_MAX if the payload is not one. */
+static uint64_t cli_payload(const ez_msg *m, size_t n) {
+  if (m->len != n) return UINT64_MAX;
+  const uint8_t *b = m->data;
+  uint64_t k = 0;
+  for (int i = 7; i >= 0; i--)
+    k = (k << 8) | b[i];
+  for (size_t i = 8; i < n; i++)
+    if (b[i] != (uint8_t)(i % 256)) return UINT64_MAX;
+  return k;
+}
+
+#define TCP_PAYLOAD 3333
+#define FRAME_BYTES (TCP_PAYLOAD + 58) /* the marshalled message: the buffer a channel allocates   \
+                                        */
+
+static void test_tcp_buffer_fails(void **state) {
+  (void)state;
+  ez_context *ctx = NULL;
+  assert_int_equal(ez_context_open(g_addr, &ctx), 0);
+  ez_sub *s = NULL;
+  assert_int_equal(ez_sub_create(ctx, "/nomem/tcp", NULL, &s), 0);
+  fail_next(FRAME_BYTES, 1);
+  char size[16];
+  snprintf(size, sizeof size, "%d", TCP_PAYLOAD);
+  pid_t pub = th_spawn_cli(-1, "pub", "--address", g_addr, "--force-tcp", "--size", size, "--count",
+                           "0", "--rate", "2000", "/nomem/tcp", NULL);
+  uint64_t last = UINT64_MAX, after = 0;
+  int64_t end = th_now_ms() + TMO;
+  while (after < 200 && th_now_ms() < end) {
+    ez_msg m;
+    if (ez_recv(s, &m, 1000)) continue;
+    uint64_t k = cli_payload(&m, TCP_PAYLOAD);
+    ez_msg_release(&m);
+    if (k == UINT64_MAX) fail_msg("a damaged message");
+    if (last != UINT64_MAX && k <= last)
+      fail_msg("message %llu after %llu", (unsigned long long)k, (unsigned long long)last);
+    last = k;
+    if (__atomic_load_n(&g_failed, __ATOMIC_SEQ_CST)) after++;
+  }
+  assert_int_equal(th_stop(pub, SIGTERM, 5000) & 0x7f, 0);
+  assert_int_equal(__atomic_load_n(&g_failed, __ATOMIC_SEQ_CST), 1);
+  assert_true(after >= 200); /* the stream went on after the failure */
+  fail_none();
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
+#define BIG 300000
+
+static void test_hot_buffer_fails(void **state) {
+  (void)state;
+  ez_context *ctx = NULL;
+  assert_int_equal(ez_context_open(g_addr, &ctx), 0);
+  ez_sub *s = NULL;
+  assert_int_equal(ez_sub_create(ctx, "/nomem/hot", NULL, &s), 0);
+  ez_pub *p = NULL;
+  assert_int_equal(ez_pub_create(ctx, "/nomem/hot", NULL, &p), 0);
+  uint8_t *b = malloc(BIG);
+  assert_non_null(b);
+  fail_next(BIG, 1000); /* no hot buffer can be had at all */
+  for (int round = 0; round < 2; round++) {
+    for (uint32_t k = 0; k < 20; k++) {
+      memset(b, (int)(k + 1 + 40 * round), BIG);
+      assert_int_equal(ez_publish(p, b, BIG, TMO), 0);
+      ez_msg m;
+      assert_int_equal(ez_recv(s, &m, TMO), 0);
+      assert_int_equal(m.len, BIG);
+      const uint8_t *d = m.data;
+      for (size_t i = 0; i < BIG; i++)
+        if (d[i] != (uint8_t)(k + 1 + 40 * round)) fail_msg("message %u, byte %zu", k, i);
+      ez_msg_release(&m);
+    }
+    if (round == 0) {
+      assert_true(__atomic_load_n(&g_failed, __ATOMIC_SEQ_CST) > 0); /* it tried, and coped */
+      fail_none(); /* the second round gets its hot buffers */
+    }
+  }
+  free(b);
+  ez_pub_destroy(p);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_tcp_buffer_fails, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_hot_buffer_fails, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
