@@ -39,6 +39,10 @@ void ezi_chan_drop_unowned(chan_sub *cs) {
 
 ez_sub *ezi_chan_sub_owner(const chan_sub *cs) { return cs->sub; }
 
+void ezi_chan_sub_cut(chan_sub *cs) {
+  if (cs->ch->ls) ezi_lchan_cut(cs);
+}
+
 bool ezi_chan_sub_idle(chan_sub *cs) {
   if (cs->ch->ls) return ezi_lchan_idle(cs);
   pthread_mutex_lock(&cs->ch->mu);

@@ -46,6 +46,7 @@ struct chan_sub {
   uint64_t in_flight;
   bool gone;    /* left its channel; freed once nothing it held is outstanding */
   bool leaving; /* ezi_chan_leave is running: it frees the struct itself */
+  bool cut;     /* local channels: its link was lost (ezi_lchan_cut); it drains, then leaves */
   /* local channels */
   uint64_t next;    /* the next message id to take */
   uint64_t end;     /* UINT64_MAX while a member; after leaving, the first id not counted for it */
@@ -247,6 +248,9 @@ bool ezi_lchan_pull(chan *c, ez_sub *self, bool block);
 void ezi_lchan_ring_free(chan *c);
 /* Releases a message taken by ezi_lchan_take. Any thread. */
 void ezi_lchan_release(chan_sub *cs, uint64_t msg_id);
+/* A local member's link was lost (I/O thread): what it has queued is taken before anything else
+ * of its subscriber's (a later channel to the same publisher brings later messages). */
+void ezi_lchan_cut(chan_sub *cs);
 /* True if a local member holds nothing (none queued, none viewed). */
 bool ezi_lchan_idle(chan_sub *cs);
 /* Profile of a local member (sets *in_flight). */

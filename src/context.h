@@ -189,6 +189,9 @@ void ezi_chan_drop_unowned(chan_sub *cs);
 ez_sub *ezi_chan_sub_owner(const chan_sub *cs);
 /* True if cs holds no message (none queued, none viewed). Any thread. */
 bool ezi_chan_sub_idle(chan_sub *cs);
+/* cs's channel link was lost: a ring member's queued messages are then taken before anything
+ * else of its subscriber's (a channel with slots keeps its queue's order anyway). I/O thread. */
+void ezi_chan_sub_cut(chan_sub *cs);
 const char *ezi_chan_pub_id(const chan *c);
 /* True once the channel's link failed; it only waits for its subscribers to leave. I/O thread. */
 bool ezi_chan_failed(const chan *c);

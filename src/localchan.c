@@ -180,12 +180,30 @@ void ezi_lchan_arm(ez_sub *s) {
     if (s->locals[i]->ch->ring_on) __atomic_store_n(&s->locals[i]->ch->ring.h->rx_sleep, 1, SEQ);
 }
 
-/* The member whose message ez_recv takes next (s->mu held), or NULL: one that left and drains
- * what it had queued first (a TCP ring's; a later channel to the same publisher brings later
- * messages), then round robin. */
+/* A member that left, or whose link was cut, and still has messages to take (s->mu held), or
+ * NULL. */
+static chan_sub *draining(ez_sub *s) {
+  for (size_t i = 0; i < s->n_locals; i++) {
+    chan_sub *cs = s->locals[i];
+    if ((cs->gone || cs->cut) && cs->next < avail_end(cs)) return cs;
+  }
+  return NULL;
+}
+
+void ezi_lchan_cut(chan_sub *cs) {
+  pthread_mutex_lock(&cs->sub->mu);
+  cs->cut = true;
+  pthread_mutex_unlock(&cs->sub->mu);
+}
+
+bool ezi_lchan_draining(ez_sub *s) { return draining(s) != NULL; }
+
+/* The member whose message ez_recv takes next (s->mu held), or NULL: one that left or was cut
+ * drains what it had queued first (a TCP ring's; a later channel to the same publisher brings
+ * later messages), then round robin. */
 static chan_sub *next_member(ez_sub *s) {
-  for (size_t i = 0; i < s->n_locals; i++)
-    if (s->locals[i]->gone && s->locals[i]->next < avail_end(s->locals[i])) return s->locals[i];
+  chan_sub *d = draining(s);
+  if (d) return d;
   for (size_t k = 0; k < s->n_locals; k++) {
     size_t i = (s->lrr + k) % s->n_locals;
     if (s->locals[i]->next < avail_end(s->locals[i])) {

@@ -266,6 +266,7 @@ void ezi_sub_chan_lost(ez_sub *s, chan_sub *cs) {
    * stays valid until released, or until the subscriber goes (ez_sub_destroy ends views), so a
    * membership that holds messages is kept until then. */
   ezi_chan_drop_unowned(cs);
+  ezi_chan_sub_cut(cs); /* a TCP ring's queue drains before what a new channel brings */
   chan_sub **v = l && !ezi_chan_sub_idle(cs) ? realloc(l->dead, (l->n_dead + 1) * sizeof *v) : NULL;
   if (v) {
     l->dead = v;

@@ -217,8 +217,9 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
       pthread_mutex_unlock(&s->mu);
       return rc;
     }
-    /* Alternate between the two sources while both have messages. */
-    bool local = s->n_locals && (!s->n || (s->rr = !s->rr));
+    /* Alternate between the two sources while both have messages; a TCP ring's member that
+     * left drains first (a later channel to its publisher queues later messages). */
+    bool local = s->n_locals && (!s->n || ezi_lchan_draining(s) || (s->rr = !s->rr));
     if (local && ezi_lchan_take(s, m)) { /* (it sets local_recent) */
       if (s->efd >= 0) maybe_empty(s);
       pthread_mutex_unlock(&s->mu);

@@ -67,6 +67,8 @@ bool ezi_lchan_ready(ez_sub *s);
 /* Asks the publishers of s's ring channels for a wake-up at their next message (s->mu held). */
 void ezi_lchan_arm(ez_sub *s);
 bool ezi_lchan_take(ez_sub *s, ez_msg *m);
+/* localchan.c (s->mu held): true if a member that left or was cut still has messages to take. */
+bool ezi_lchan_draining(ez_sub *s);
 /* localchan.c: ends the memberships s left that still drain what they had queued (a TCP ring's
  * members keep delivering that after they left): their messages and views are released. The
  * subscriber is being destroyed; I/O thread, s->mu not held. */

@@ -233,12 +233,9 @@ typedef struct fake {
   char id[37];
 } fake;
 
-/* Plays an ezmsg-c publisher of 4 slots whose segment the channel cannot attach (an empty name),
- * for subscriber topic `topic` in this process; the channel asks for a window. */
-static void fake_pub_start(fake *f, const char *topic) {
-  char my_addr[64];
-  f->listener = rp_listen(my_addr, 4);
-  f->graph = rp_fake_pub_begin(g_addr, topic, my_addr, f->id);
+/* The publisher's side of a channel's handshake on f->listener (4 slots, no segment); the
+ * channel asks for a window. */
+static void fake_accept(fake *f) {
   f->data = accept4(f->listener, NULL, NULL, SOCK_CLOEXEC);
   assert_true(f->data >= 0);
   rp_expect_u8(f->data, EZI_CHANNEL);
@@ -251,6 +248,15 @@ static void fake_pub_start(fake *f, const char *topic) {
   rp_put_u64le(done + 1, 4);
   rp_wr(f->data, done, 9);
   rp_expect_u8(f->data, EZI_X_WIN_ASK); /* no X_HELLO: no segment, no ring */
+}
+
+/* Plays an ezmsg-c publisher of 4 slots whose segment the channel cannot attach (an empty name),
+ * for subscriber topic `topic` in this process; the channel asks for a window. */
+static void fake_pub_start(fake *f, const char *topic) {
+  char my_addr[64];
+  f->listener = rp_listen(my_addr, 4);
+  f->graph = rp_fake_pub_begin(g_addr, topic, my_addr, f->id);
+  fake_accept(f);
   rp_expect_u8(f->graph, EZI_COMPLETE);
 }
 
@@ -518,6 +524,53 @@ static void queue_outlives_link(bool receive) {
   ez_context_close(ctx);
 }
 
+/* The in_flight of every channel of this process's profile, summed. */
+static long long all_in_flight(ez_context *ctx) {
+  ez_profile_data pd;
+  char *json = NULL;
+  assert_int_equal(ez_context_profile(ctx, 1.0, &json), 0);
+  assert_int_equal(ez_profile_parse(json, &pd), 0);
+  free(json);
+  long long n = 0;
+  for (size_t i = 0; i < pd.n_channels; i++)
+    n += (long long)pd.channels[i].in_flight;
+  ez_profile_data_free(&pd);
+  return n;
+}
+
+/* 100 messages wait in the TCP ring when the link is cut; the publisher stays in the graph, so the
+ * subscriber joins it again, and the new channel (without a window this time: slots, the
+ * subscriber's queue) brings messages 100..103. The 100 queued before come first, in order. */
+static void test_drain_before_rejoin(void **state) {
+  (void)state;
+  ez_context *ctx;
+  fake f;
+  ez_sub *s = sub_with_fake(&ctx, &f, "/win/rejoin");
+  fake_win(&f, 0, 256, 8 << 20);
+  for (uint64_t id = 0; id < 100; id++)
+    fake_send(&f, id, 20);
+  int64_t end = th_now_ms() + TMO;
+  while (chan_in_flight(ctx) != 100 && th_now_ms() < end)
+    th_sleep_ms(5);
+  assert_int_equal(chan_in_flight(ctx), 100);
+  close(f.data); /* cut; the subscriber joins again within about 50 ms */
+  fake_accept(&f);
+  for (uint64_t id = 100; id < 104; id++) /* 4 slots: all may be in flight */
+    fake_send(&f, id, 20);
+  end = th_now_ms() + TMO; /* both channels' messages wait before the first is taken */
+  while (all_in_flight(ctx) != 104 && th_now_ms() < end)
+    th_sleep_ms(5);
+  assert_int_equal(all_in_flight(ctx), 104);
+  for (uint64_t id = 0; id < 104; id++) {
+    ez_msg m;
+    expect_msg(s, &m, id, 20);
+    ez_msg_release(&m);
+  }
+  fake_end(&f);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
 static void test_queue_outlives_link(void **state) {
   (void)state;
   queue_outlives_link(true);
@@ -605,6 +658,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_channel_skipped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_queue_outlives_link, setup, teardown),
       cmocka_unit_test_setup_teardown(test_destroy_with_queue_of_lost_link, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_drain_before_rejoin, setup, teardown),
       cmocka_unit_test_setup_teardown(test_spare_buffers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stream_with_window, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stream_without_window, setup, teardown),
