@@ -37,8 +37,9 @@ typedef struct lslot {
 } lslot;
 
 /* A subscriber's membership of a channel. Its fields are guarded by chan->mu, except for a local
- * channel's members, whose t0, held, next, end, gone, leaving and proc are guarded by their
- * subscriber's mu (receivers of local channels never take chan->mu per message). */
+ * channel's members (local, shared-memory ring and TCP ring), whose t0, held, next, end, gone,
+ * leaving, cut and proc are guarded by their subscriber's mu (their receivers never take chan->mu
+ * per message). */
 struct chan_sub {
   chan *ch;
   ez_sub *sub;
