@@ -40,7 +40,7 @@ extern "C" {
  * protocol's TX_SHM / RX_ACK over TCP, as with Python peers). See ez_context_open. */
 #define EZ_SHM_RING_ENV "EZMSG_SHM_RING"
 /* How many messages a publisher may have unacknowledged on a TCP link to an ezmsg-c channel
- * (0..16384, default 1024; 0: num_buffers, as with Python peers). Once num_buffers messages
+ * (0..16384, default 8192; 0: num_buffers, as with Python peers). Once num_buffers messages
  * are in flight on a link, another goes only while they all take at most 8 MiB. See
  * ez_context_open. */
 #define EZ_TCP_WINDOW_ENV "EZMSG_TCP_WINDOW"
