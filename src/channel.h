@@ -71,7 +71,7 @@ struct chan {
   /* TCP window (tcpring.c): an ezmsg-c publisher sent X_WIN. The channel then works as a local
    * one (ls, lsn entries) whose publisher is its own I/O thread. I/O thread only, except tcp_ring
    * and lsn, which are set before any member can see them. */
-  bool win_on, tcp_ring;
+  bool tcp_ring;
   uint64_t win_bytes;   /* the byte budget beyond nbuf messages in flight */
   uint64_t live_bytes;  /* what the unacknowledged messages [wack, published) take */
   uint64_t wack;        /* the first message not acknowledged yet */

@@ -20,8 +20,7 @@ static void resignal_task(void *arg) {
     chan *c = ctx->chans[i];
     if (!c->ring_on) continue;
     pthread_mutex_lock(&c->pull_mu);
-    for (size_t k = 0; k < c->n_lsubs; k++)
-      if (__atomic_load_n(&c->lsubs[k]->sub->want_signal, SEQ)) ezi_lchan_signal(c->lsubs[k]->sub);
+    ezi_lchan_signal_all(c);
     pthread_mutex_unlock(&c->pull_mu);
   }
 }

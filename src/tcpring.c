@@ -25,7 +25,7 @@
 #define SEQ __ATOMIC_SEQ_CST
 
 int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes) {
-  if (c->ls || c->win_on || msgs < c->nbuf || msgs > EZI_WIN_MAX_MSGS || bytes > EZI_WIN_MAX_BYTES)
+  if (c->ls || msgs < c->nbuf || msgs > EZI_WIN_MAX_MSGS || bytes > EZI_WIN_MAX_BYTES)
     return EZ_EPROTO;
   lslot *ls = ezi_lchan_ring_new((uint32_t)msgs);
   struct ezi_wbuf *wb = calloc((size_t)msgs, sizeof *wb);
@@ -58,7 +58,8 @@ int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes
     wacks = NULL;
     c->win_bytes = bytes;
     c->wack = c->wnext = c->wscan = start_id;
-    c->win_on = c->tcp_ring = true;
+    c->tcp_ring = true;
+    c->mode = "tcp";
   }
   pthread_mutex_unlock(&c->mu);
   if (!rc) { /* nobody puts yet, but joins and leaves order themselves by pull_mu */
@@ -122,7 +123,6 @@ int ezi_tcpring_frame(chan *c, const ezi_tx_frame *f, uint64_t now) {
     return EZ_EPROTO;
   b->bytes = size;
   c->live_bytes += size;
-  c->mode = "tcp";
   uint64_t t0 = ezi_stamp_pick(&c->stamps, now); /* at high rates, only some are timed */
   /* Members join and leave on this thread: they stay the same until the read is published. */
   ezi_lchan_fill(c, id, um.payload, um.payload_len, t0, NULL); /* nobody: acked at the scan */
