@@ -193,7 +193,7 @@ static void on_pub(ezi_watch *w, uint32_t ev) {
       if (used == GONE) return;
       if (used < 0) {
         if (used == EZ_ENOMEM)
-          EZI_WARN("channel %s: out of memory for a message of publisher %s; dropping the link "
+          EZI_WARN("channel %s: out of memory for the data of publisher %s; dropping the link "
                    "(it is joined again)",
                    c->id, c->pub_id);
         else

@@ -4,9 +4,10 @@
  * here has, so the failure lands where the test aims it).
  *
  * - A TCP stream from an ezmsg-c publisher in another process: the buffer for an arriving
- *   message cannot be allocated (src/tcpring.c, or channel.c before the window starts). The link
- *   is dropped with a warning, the subscriber joins again by itself, and the stream goes on:
- *   every message received is intact and in order, and messages keep coming after the failure.
+ *   message, or the TCP window's bookkeeping when it starts, cannot be allocated (src/tcpring.c,
+ *   or channel.c before the window starts). The link is dropped with a warning, the subscriber
+ *   joins again by itself, and the stream goes on: every message received is intact and in
+ *   order, and messages keep coming after the failure.
  * - A large in-process message whose hot buffer cannot be allocated (src/pubhot.c): ez_publish
  *   puts it in its slot instead, and the subscriber gets it intact. */
 #include "harness.h"
@@ -73,20 +74,29 @@ static uint64_t cli_payload(const ez_msg *m, size_t n) {
 }
 
 #define TCP_PAYLOAD 3333
-#define FRAME_BYTES (TCP_PAYLOAD + 58) /* the marshalled message: the buffer a channel allocates   \
-                                        */
+/* The marshalled message: the buffer a channel allocates for it. */
+#define FRAME_BYTES (TCP_PAYLOAD + 58)
+/* The publisher proposes a window of this many messages; the channel then allocates room for as
+ * many RX_ACKs (9 bytes each) when the window starts (tcpring.c, ezi_chan_win_start). */
+#define TCP_WINDOW 1000
+#define WIN_ACKS_BYTES (TCP_WINDOW * 9)
 
-static void test_tcp_buffer_fails(void **state) {
-  (void)state;
+/* An `ezmsg pub --force-tcp` stream from another process, with the allocation of `fail_size`
+ * bytes failing once in this process: the link drops, the subscriber joins again, and the stream
+ * goes on, every message received intact and in order. */
+static void tcp_stream_survives(size_t fail_size) {
   ez_context *ctx = NULL;
   assert_int_equal(ez_context_open(g_addr, &ctx), 0);
   ez_sub *s = NULL;
   assert_int_equal(ez_sub_create(ctx, "/nomem/tcp", NULL, &s), 0);
-  fail_next(FRAME_BYTES, 1);
-  char size[16];
+  fail_next(fail_size, 1);
+  char size[16], window[16];
   snprintf(size, sizeof size, "%d", TCP_PAYLOAD);
+  snprintf(window, sizeof window, "%d", TCP_WINDOW);
+  setenv(EZ_TCP_WINDOW_ENV, window, 1); /* for the publisher process only */
   pid_t pub = th_spawn_cli(-1, "pub", "--address", g_addr, "--force-tcp", "--size", size, "--count",
                            "0", "--rate", "2000", "/nomem/tcp", NULL);
+  unsetenv(EZ_TCP_WINDOW_ENV);
   uint64_t last = UINT64_MAX, after = 0;
   int64_t end = th_now_ms() + TMO;
   while (after < 200 && th_now_ms() < end) {
@@ -106,6 +116,19 @@ static void test_tcp_buffer_fails(void **state) {
   fail_none();
   ez_sub_destroy(s);
   ez_context_close(ctx);
+}
+
+/* The buffer of an arriving message (the TCP ring's, or a slot's before the window starts). */
+static void test_tcp_buffer_fails(void **state) {
+  (void)state;
+  tcp_stream_survives(FRAME_BYTES);
+}
+
+/* The window's own allocations when it starts: the channel stays without one until it joins
+ * again. */
+static void test_tcp_window_start_fails(void **state) {
+  (void)state;
+  tcp_stream_survives(WIN_ACKS_BYTES);
 }
 
 #define BIG 300000
@@ -147,6 +170,7 @@ static void test_hot_buffer_fails(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_tcp_buffer_fails, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_tcp_window_start_fails, setup, teardown),
       cmocka_unit_test_setup_teardown(test_hot_buffer_fails, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
