@@ -482,14 +482,16 @@ static void test_channel_skipped(void **state) {
   window_violation(5);
 }
 
-/* The channel's in_flight in this process's profile (-1: no channel). */
-static long long chan_in_flight(ez_context *ctx) {
+/* The in_flight of every channel of this process's profile, summed. */
+static long long all_in_flight(ez_context *ctx) {
   ez_profile_data pd;
   char *json = NULL;
   assert_int_equal(ez_context_profile(ctx, 1.0, &json), 0);
   assert_int_equal(ez_profile_parse(json, &pd), 0);
   free(json);
-  long long n = pd.n_channels ? (long long)pd.channels[0].in_flight : -1;
+  long long n = 0;
+  for (size_t i = 0; i < pd.n_channels; i++)
+    n += (long long)pd.channels[i].in_flight;
   ez_profile_data_free(&pd);
   return n;
 }
@@ -506,9 +508,9 @@ static void queue_outlives_link(bool receive) {
   for (uint64_t id = 0; id < 200; id++)
     fake_send(&f, id, 50);
   int64_t end = th_now_ms() + TMO;
-  while (chan_in_flight(ctx) != 200 && th_now_ms() < end)
+  while (all_in_flight(ctx) != 200 && th_now_ms() < end)
     th_sleep_ms(5);
-  assert_int_equal(chan_in_flight(ctx), 200);
+  assert_int_equal(all_in_flight(ctx), 200);
   fake_end(&f); /* the link breaks, and the publisher leaves the graph (an UPDATE follows) */
   th_sleep_ms(300);
   if (receive) {
@@ -524,20 +526,6 @@ static void queue_outlives_link(bool receive) {
   ez_context_close(ctx);
 }
 
-/* The in_flight of every channel of this process's profile, summed. */
-static long long all_in_flight(ez_context *ctx) {
-  ez_profile_data pd;
-  char *json = NULL;
-  assert_int_equal(ez_context_profile(ctx, 1.0, &json), 0);
-  assert_int_equal(ez_profile_parse(json, &pd), 0);
-  free(json);
-  long long n = 0;
-  for (size_t i = 0; i < pd.n_channels; i++)
-    n += (long long)pd.channels[i].in_flight;
-  ez_profile_data_free(&pd);
-  return n;
-}
-
 /* 100 messages wait in the TCP ring when the link is cut; the publisher stays in the graph, so the
  * subscriber joins it again, and the new channel (without a window this time: slots, the
  * subscriber's queue) brings messages 100..103. The 100 queued before come first, in order. */
@@ -550,9 +538,9 @@ static void test_drain_before_rejoin(void **state) {
   for (uint64_t id = 0; id < 100; id++)
     fake_send(&f, id, 20);
   int64_t end = th_now_ms() + TMO;
-  while (chan_in_flight(ctx) != 100 && th_now_ms() < end)
+  while (all_in_flight(ctx) != 100 && th_now_ms() < end)
     th_sleep_ms(5);
-  assert_int_equal(chan_in_flight(ctx), 100);
+  assert_int_equal(all_in_flight(ctx), 100);
   close(f.data); /* cut; the subscriber joins again within about 50 ms */
   fake_accept(&f);
   for (uint64_t id = 100; id < 104; id++) /* 4 slots: all may be in flight */
