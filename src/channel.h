@@ -84,7 +84,6 @@ struct chan {
     size_t cap;
     uint64_t bytes;        /* the frame's size */
   } * wbuf;                /* per entry: the bytes of its message, until acknowledged */
-  uint8_t *wacks;          /* room for a window's RX_ACKs, written at once */
   struct ezi_wbuf *wspare; /* buffers of acknowledged messages, for the next ones (a stack) */
   uint32_t n_wspare;
   uint64_t wkept; /* their sizes, in all */

@@ -325,6 +325,7 @@ static void harvest_all(ez_pub *p) {
     rings_held(p, i);
   }
   if (p->retired) release_retired(p);
+  ezi_win_collect(p);
 }
 
 /* Tells the local channel's receivers what a releaser must wake the publisher for: a pending

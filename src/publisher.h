@@ -8,6 +8,9 @@
 
 enum { PC_HANDSHAKE, PC_AWAIT_SHM, PC_READY };
 
+/* Acks a window keeps before it frees entries on the I/O thread (pubwin.c). */
+#define EZI_WIN_MARKS 8
+
 struct pub_chan {
   ez_pub *pub;
   ezi_watch w;
@@ -26,14 +29,21 @@ struct pub_chan {
   ezi_ring ring;
   char ring_name[EZI_SHM_NAME_MAX + 1];
   /* The TCP window with an ezmsg-c channel that asked for one (pubwin.c; pub->mu): its TX_TCP
-   * messages hold no slot; up to win_max are unacknowledged, entry msg_id % win_max each. */
+   * messages hold no slot; messages [win_first, win_next) are unacknowledged, entry
+   * msg_id % win_max each. Acks are cumulative; the I/O thread records them as marks, and the
+   * entries are freed by whoever looks next (mostly the publishing thread, whose lines they are).
+   */
   bool win_wanted; /* X_WIN_ASK came: switch once it holds nothing, if it is on TCP */
   bool win_on;
-  uint32_t win_max, win_n; /* the window's size; messages unacknowledged */
-  uint64_t win_bytes;      /* their bytes (frames' bodies) */
-  uint64_t *win_t0;        /* per entry: when it was sent (0: free) */
-  uint64_t *win_id;        /* per entry: its message id */
-  uint64_t *win_len;       /* per entry: its bytes */
+  uint32_t win_max;             /* the window's size */
+  uint32_t n_marks;             /* acks not applied to the entries yet */
+  uint64_t win_first, win_next; /* the oldest unacknowledged message; the next to send */
+  uint64_t win_bytes;           /* the unacknowledged messages' bytes (frames' bodies) */
+  uint64_t *win_t0;             /* per entry: when it was sent */
+  uint64_t *win_len;            /* per entry: its bytes */
+  struct ezi_win_mark {
+    uint64_t to, at; /* every message before `to` was acknowledged by time `at` */
+  } marks[EZI_WIN_MARKS];
 };
 
 struct ez_pub {
@@ -128,13 +138,16 @@ void ezi_pub_ring_close(ez_pub *pub, pub_chan *pc, uint64_t now);
  * Stays as it was if it cannot (no memory, a window no larger than num_buffers, a dead link).
  * ezi_win_full: the next message, of `bytes` bytes on the wire, must wait for some channel's
  * window. ezi_win_sent: message id, of `bytes` bytes, went to pc at `now`. ezi_win_ack: pc's
- * RX_ACK for id (a stale or unknown id is ignored). ezi_win_busy: some window has messages
- * unacknowledged. ezi_win_close: pc closes; what it had unacknowledged counts as freed. */
+ * RX_ACK for id, which in a window acknowledges every message up to id (a stale or unknown id is
+ * ignored). ezi_win_collect: frees the entries of every ack so far (then in_flight is exact).
+ * ezi_win_busy: some window has messages unacknowledged. ezi_win_close: pc closes; what it had
+ * unacknowledged counts as freed. */
 void ezi_win_start(ez_pub *pub, pub_chan *pc);
-bool ezi_win_full(const ez_pub *pub, uint64_t bytes);
+bool ezi_win_full(ez_pub *pub, uint64_t bytes);
 void ezi_win_sent(ez_pub *pub, pub_chan *pc, uint64_t id, uint64_t bytes, uint64_t now);
 void ezi_win_ack(ez_pub *pub, pub_chan *pc, uint64_t id, uint64_t now);
-bool ezi_win_busy(const ez_pub *pub);
+void ezi_win_collect(ez_pub *pub);
+bool ezi_win_busy(ez_pub *pub);
 void ezi_win_close(ez_pub *pub, pub_chan *pc, uint64_t now);
 
 #endif

@@ -8,11 +8,18 @@
  * A channel of ours sends X_WIN_ASK after the handshake (the reference's publisher ignores bytes it
  * does not know). Once that channel holds nothing and gets TX_TCP, the publisher answers X_WIN
  * (first message id, window size, byte budget), and from then on that channel's messages hold no
- * slot: each takes entry msg_id % win_max of the window, until its RX_ACK. The next message waits
- * while its entry is still taken (as a slot would be; our channel acks in order, but the
- * publisher does not count on it), or while more than num_buffers are in flight and it would take
- * the window's bytes beyond the budget. The channel becomes a ring of the window's size
- * (tcpring.c) and checks the rules, so a publisher that breaks them loses the link.
+ * slot: each takes entry msg_id % win_max of the window, until it is acknowledged. The next
+ * message waits while its entry is still taken (as a slot would be), or while more than
+ * num_buffers are in flight and it would take the window's bytes beyond the budget. The channel
+ * becomes a ring of the window's size (tcpring.c) and checks the rules, so a publisher that
+ * breaks them loses the link.
+ *
+ * Acks in a window are cumulative: our channel acks in order, and one RX_ACK for id acknowledges
+ * every message up to id. The I/O thread only notes it (a mark: up to where, and when); the
+ * entries are freed, and their backpressure timed, by the next look at the window: mostly the
+ * publishing thread's, before its next message, so that the entries' cache lines stay with it
+ * instead of going to the I/O thread and back for every message. The I/O thread frees them itself
+ * when someone waits (a publish for room, a flush, a SYNC) or its marks are all taken.
  *
  * The channel's subscribers see nothing different; backpressure (a slow subscriber stops the
  * publisher) holds with a larger bound. Telemetry counts a window message's backpressure from its
@@ -27,33 +34,46 @@ void ezi_win_start(ez_pub *p, pub_chan *pc) {
   uint32_t w = p->ctx->tcp_window;
   if (w <= p->nbuf) return;
   pc->win_t0 = calloc(w, sizeof *pc->win_t0);
-  pc->win_id = calloc(w, sizeof *pc->win_id);
   pc->win_len = calloc(w, sizeof *pc->win_len);
   uint8_t f[1 + 8 + 8 + 8] = {EZI_X_WIN};
   ezi_put_u64le(f + 1, p->next_id);
   ezi_put_u64le(f + 9, w);
   ezi_put_u64le(f + 17, EZI_WIN_BYTES);
-  if (!pc->win_t0 || !pc->win_id || !pc->win_len ||
-      !ezi_outbox_put_now(p->ctx, &pc->out, f, sizeof f)) {
+  if (!pc->win_t0 || !pc->win_len || !ezi_outbox_put_now(p->ctx, &pc->out, f, sizeof f)) {
     free(pc->win_t0);
-    free(pc->win_id);
     free(pc->win_len);
-    pc->win_t0 = pc->win_id = pc->win_len = NULL;
+    pc->win_t0 = pc->win_len = NULL;
     return;
   }
   pc->win_on = true;
   pc->win_max = w;
-  pc->win_n = 0;
+  pc->win_first = pc->win_next = p->next_id;
   pc->win_bytes = 0;
+  pc->n_marks = 0;
 }
 
-/* Whether pc's window keeps the next message (id, bytes) back. */
-static bool full(const ez_pub *p, const pub_chan *pc, uint64_t bytes) {
-  if (pc->win_t0[p->next_id % pc->win_max]) return true;
-  return pc->win_n >= p->nbuf && pc->win_bytes + bytes > EZI_WIN_BYTES;
+/* Frees the entries of pc's marks, each timed by its mark. */
+static void apply(ez_pub *p, pub_chan *pc) {
+  for (uint32_t i = 0; i < pc->n_marks; i++) {
+    const struct ezi_win_mark *m = &pc->marks[i];
+    for (; pc->win_first < m->to; pc->win_first++) {
+      uint32_t k = (uint32_t)(pc->win_first % pc->win_max);
+      ezi_window_span(p->tel_bp, pc->win_t0[k], m->at, &p->bp_untimed);
+      pc->win_bytes -= pc->win_len[k];
+      p->in_flight--;
+    }
+  }
+  pc->n_marks = 0;
 }
 
-bool ezi_win_full(const ez_pub *p, uint64_t bytes) {
+/* Whether pc's window keeps the next message (bytes) back. */
+static bool full(ez_pub *p, pub_chan *pc, uint64_t bytes) {
+  if (pc->n_marks) apply(p, pc);
+  uint64_t n = pc->win_next - pc->win_first;
+  return n >= pc->win_max || (n >= p->nbuf && pc->win_bytes + bytes > EZI_WIN_BYTES);
+}
+
+bool ezi_win_full(ez_pub *p, uint64_t bytes) {
   for (size_t i = 0; i < p->n_chans; i++)
     if (p->chans[i]->win_on && full(p, p->chans[i], bytes)) return true;
   return false;
@@ -61,22 +81,11 @@ bool ezi_win_full(const ez_pub *p, uint64_t bytes) {
 
 void ezi_win_sent(ez_pub *p, pub_chan *pc, uint64_t id, uint64_t bytes, uint64_t now) {
   uint32_t k = (uint32_t)(id % pc->win_max);
-  pc->win_t0[k] = now ? now : 1;
-  pc->win_id[k] = id;
+  pc->win_t0[k] = now;
   pc->win_len[k] = bytes;
-  pc->win_n++;
+  pc->win_next = id + 1;
   pc->win_bytes += bytes;
   p->in_flight++;
-}
-
-/* Frees entry k (taken), counting its backpressure until `now`. */
-static void entry_free(ez_pub *p, pub_chan *pc, uint32_t k, uint64_t now) {
-  uint64_t t0 = pc->win_t0[k];
-  ezi_window_span(p->tel_bp, t0, now, &p->bp_untimed);
-  pc->win_t0[k] = 0;
-  pc->win_n--;
-  pc->win_bytes -= pc->win_len[k];
-  p->in_flight--;
 }
 
 /* After entries were freed: wakes a publisher whose message may go now, or a flush or SYNC that
@@ -92,26 +101,37 @@ static void wake(ez_pub *p) {
 }
 
 void ezi_win_ack(ez_pub *p, pub_chan *pc, uint64_t id, uint64_t now) {
-  uint32_t k = (uint32_t)(id % pc->win_max);
-  if (!pc->win_t0[k] || pc->win_id[k] != id) return; /* stale or duplicate */
-  entry_free(p, pc, k, now);
-  wake(p);
+  uint64_t last = pc->n_marks ? pc->marks[pc->n_marks - 1].to : pc->win_first;
+  if (id < last || id >= pc->win_next) return;    /* stale, a duplicate, or never sent */
+  if (pc->n_marks == EZI_WIN_MARKS) apply(p, pc); /* the publisher does not look: free them here */
+  pc->marks[pc->n_marks++] = (struct ezi_win_mark){.to = id + 1, .at = now};
+  if (p->waiters || p->sync_pending) {
+    apply(p, pc);
+    wake(p);
+  }
 }
 
-bool ezi_win_busy(const ez_pub *p) {
+void ezi_win_collect(ez_pub *p) {
   for (size_t i = 0; i < p->n_chans; i++)
-    if (p->chans[i]->win_on && p->chans[i]->win_n) return true;
+    if (p->chans[i]->win_on && p->chans[i]->n_marks) apply(p, p->chans[i]);
+}
+
+bool ezi_win_busy(ez_pub *p) {
+  ezi_win_collect(p);
+  for (size_t i = 0; i < p->n_chans; i++)
+    if (p->chans[i]->win_on && p->chans[i]->win_first != p->chans[i]->win_next) return true;
   return false;
 }
 
 void ezi_win_close(ez_pub *p, pub_chan *pc, uint64_t now) {
   if (!pc->win_on) return;
-  for (uint32_t k = 0; k < pc->win_max; k++)
-    if (pc->win_t0[k]) entry_free(p, pc, k, now);
+  apply(p, pc);
+  pc->marks[0] = (struct ezi_win_mark){.to = pc->win_next, .at = now};
+  pc->n_marks = 1;
+  apply(p, pc);
   pc->win_on = false;
   free(pc->win_t0);
-  free(pc->win_id);
   free(pc->win_len);
-  pc->win_t0 = pc->win_id = pc->win_len = NULL;
+  pc->win_t0 = pc->win_len = NULL;
   wake(p);
 }

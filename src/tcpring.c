@@ -4,12 +4,12 @@
  * The I/O thread copies each TX_TCP message into a buffer of its own, fills the entry
  * msg_id % lsn of the channel's ring, and publishes a read's messages at once: receivers take
  * and release them without a lock of the channel's, as from a local publisher. Acknowledgements
- * go the other way in order: the I/O thread sends RX_ACK for each message, from the first
- * unacknowledged one (wack), whose entry no member holds any more, and stops at the first still
- * held, in one write. While the stream goes on it does so in batches (ezi_tcpring_read_done);
- * when it pauses, from the loop's idle hook (ezi_tcpring_idle); and a release wakes the I/O
- * thread for it only if that sleeps (ezi_tcpring_ask). No lock is shared with the receivers per
- * message.
+ * go the other way in order: the I/O thread acknowledges the messages from the first
+ * unacknowledged one (wack), whose entry no member holds any more, up to the first still held,
+ * with one RX_ACK for the last of them (in a window, an ack is for every message up to it). While
+ * the stream goes on it does so in batches (ezi_tcpring_read_done); when it pauses, from the loop's
+ * idle hook (ezi_tcpring_idle); and a release wakes the I/O thread for it only if that sleeps
+ * (ezi_tcpring_ask). No lock is shared with the receivers per message.
  *
  * The window's rules are checked here as the publisher keeps them (pubwin.c): messages come in
  * order, each to an entry acknowledged already, and beyond nbuf in flight they take at most
@@ -30,9 +30,8 @@ int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes
   lslot *ls = ezi_lchan_ring_new((uint32_t)msgs);
   struct ezi_wbuf *wb = calloc((size_t)msgs, sizeof *wb);
   struct ezi_wbuf *spare = calloc((size_t)msgs, sizeof *spare);
-  uint8_t *wacks = malloc((size_t)msgs * 9);
   uint64_t **t0s = calloc(c->n_subs + 1, sizeof *t0s);
-  int rc = ls && wb && spare && wacks && t0s ? 0 : EZ_ENOMEM;
+  int rc = ls && wb && spare && t0s ? 0 : EZ_ENOMEM;
   for (size_t i = 0; !rc && i < c->n_subs; i++)
     if (!(t0s[i] = calloc((size_t)msgs, sizeof **t0s))) rc = EZ_ENOMEM;
   pthread_mutex_lock(&c->mu);
@@ -50,12 +49,10 @@ int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes
     c->ls = ls;
     c->lsn = (uint32_t)msgs;
     c->wbuf = wb;
-    c->wacks = wacks;
     c->wspare = spare;
     ls = NULL;
     wb = NULL;
     spare = NULL;
-    wacks = NULL;
     c->win_bytes = bytes;
     c->wack = c->wnext = c->wscan = start_id;
     c->tcp_ring = true;
@@ -72,7 +69,6 @@ int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes
   free(t0s);
   free(wb);
   free(spare);
-  free(wacks);
   free(ls);
   if (!rc)
     EZI_DEBUG("channel %s: up to %llu messages from publisher %s in flight from %llu on", c->id,
@@ -115,12 +111,15 @@ int ezi_tcpring_frame(chan *c, const ezi_tx_frame *f, uint64_t now) {
   if (id - c->wack >= c->nbuf && c->live_bytes + size > c->win_bytes) return EZ_EPROTO;
   uint32_t idx = (uint32_t)(id % c->lsn);
   struct ezi_wbuf *b = &c->wbuf[idx];
-  if (!(b->p = buf_get(c, (size_t)size, &b->cap))) return EZ_ENOMEM;
-  memcpy(b->p, f->body, (size_t)size);
+  /* Parsed where it arrived, before the copy: loads from the buffer just written would wait for
+   * its stores, which miss (the buffer was last read by a receiver, on another CPU). */
   ezi_unmarshalled um;
-  if (ezi_unmarshal(b->p, (size_t)size, &um) || um.size != size || um.msg_id != id ||
+  if (ezi_unmarshal(f->body, (size_t)size, &um) || um.size != size || um.msg_id != id ||
       um.raw_pickle) /* an ezmsg-c publisher sends bytes */
     return EZ_EPROTO;
+  if (!(b->p = buf_get(c, (size_t)size, &b->cap))) return EZ_ENOMEM;
+  memcpy(b->p, f->body, (size_t)size);
+  um.payload = b->p + (um.payload - f->body);
   b->bytes = size;
   c->live_bytes += size;
   uint64_t t0 = ezi_stamp_pick(&c->stamps, now); /* at high rates, only some are timed */
@@ -130,7 +129,7 @@ int ezi_tcpring_frame(chan *c, const ezi_tx_frame *f, uint64_t now) {
   return 0;
 }
 
-/* Acknowledges, in order, the messages no member holds any more, in one write: if there are at
+/* Acknowledges, in order, the messages no member holds any more, in one RX_ACK: if there are at
  * least min_n of them, or they take at least min_bytes. Entries [wack, wscan) are known to be
  * free already (a free entry stays so until it is acknowledged and reused). */
 static void scan(chan *c, uint64_t min_n, uint64_t min_bytes) {
@@ -143,17 +142,16 @@ static void scan(chan *c, uint64_t min_n, uint64_t min_bytes) {
   }
   uint64_t n = c->wscan - c->wack;
   if (!n || (n < min_n && c->wfree_bytes < min_bytes)) return;
-  uint8_t *acks = c->wacks; /* room for a whole window's */
   for (uint64_t i = 0; i < n; i++) {
-    struct ezi_wbuf *b = &c->wbuf[c->wack % c->lsn];
+    struct ezi_wbuf *b = &c->wbuf[c->wack++ % c->lsn];
     buf_put(c, b->p, b->cap);
     *b = (struct ezi_wbuf){0};
-    acks[9 * i] = EZI_RX_ACK;
-    ezi_put_u64le(acks + 9 * i + 1, c->wack++);
   }
   c->live_bytes -= c->wfree_bytes;
   c->wfree_bytes = 0;
-  ezi_outbox_put_now(c->ctx, &c->acks, acks, 9 * n); /* a closed link's outbox drops them */
+  uint8_t ack[9] = {EZI_RX_ACK}; /* in a window, for this message and all before it */
+  ezi_put_u64le(ack + 1, c->wack - 1);
+  ezi_outbox_put_now(c->ctx, &c->acks, ack, sizeof ack); /* a closed link's outbox drops it */
 }
 
 void ezi_tcpring_read_done(chan *c) {
@@ -215,8 +213,6 @@ void ezi_tcpring_free(chan *c) {
     free(c->wspare[i].p);
   free(c->wbuf);
   free(c->wspare);
-  free(c->wacks);
   c->wbuf = c->wspare = NULL;
-  c->wacks = NULL;
   c->n_wspare = 0;
 }

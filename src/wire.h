@@ -41,7 +41,8 @@ enum ezi_cmd {
    * X_HELLO. X_HELLO: the channel's one byte, "I can read a notice ring". X_RING: as TX_SHM, with
    * the first message id the ring carries and the ring's name. X_WIN_ASK: the channel's one
    * byte, "I can hold more TX_TCP messages than num_buffers". X_WIN: the publisher's answer, u64
-   * first message id, u64 window (messages), u64 byte budget (pubwin.c). */
+   * first message id, u64 window (messages), u64 byte budget (pubwin.c); from that message on,
+   * the channel's RX_ACK for an id acknowledges every message up to it. */
   EZI_X_HELLO = 0xe5,
   EZI_X_RING = 0xe6,
   EZI_X_WIN_ASK = 0xe7,

@@ -1,7 +1,7 @@
-/* Out of memory on the data path. This binary is linked with -Wl,--wrap=malloc (tests/CMakeLists
- * .txt): every malloc of the library and of this file goes through wrap_malloc below, which fails
- * the next `g_fail_count` allocations of exactly `g_fail_size` bytes (a size no other allocation
- * here has, so the failure lands where the test aims it).
+/* Out of memory on the data path. This binary is linked with -Wl,--wrap=malloc,--wrap=calloc
+ * (tests/CMakeLists.txt): every malloc and calloc of the library and of this file goes through the
+ * wrappers below, which fail the next `g_fail_count` allocations of exactly `g_fail_size` bytes (a
+ * size no other allocation here has, so the failure lands where the test aims it).
  *
  * - A TCP stream from an ezmsg-c publisher in another process: the buffer for an arriving
  *   message, or the TCP window's bookkeeping when it starts, cannot be allocated (src/tcpring.c,
@@ -10,6 +10,7 @@
  *   order, and messages keep coming after the failure.
  * - A large in-process message whose hot buffer cannot be allocated (src/pubhot.c): ez_publish
  *   puts it in its slot instead, and the subscriber gets it intact. */
+#include "channel.h"
 #include "harness.h"
 
 #include <signal.h>
@@ -21,18 +22,26 @@
 
 void *__real_malloc(size_t n);
 void *__wrap_malloc(size_t n);
+void *__real_calloc(size_t n, size_t size);
+void *__wrap_calloc(size_t n, size_t size);
 
 static size_t g_fail_size; /* atomic */
 static int g_fail_count;   /* atomic: failures still to make */
 static int g_failed;       /* atomic: failures made */
 
-void *__wrap_malloc(size_t n) {
-  if (n == __atomic_load_n(&g_fail_size, __ATOMIC_SEQ_CST) &&
-      __atomic_sub_fetch(&g_fail_count, 1, __ATOMIC_SEQ_CST) >= 0) {
-    __atomic_add_fetch(&g_failed, 1, __ATOMIC_SEQ_CST);
-    return NULL;
-  }
-  return __real_malloc(n);
+/* Whether this allocation of n bytes is one to fail. */
+static bool fail_this(size_t n) {
+  if (n != __atomic_load_n(&g_fail_size, __ATOMIC_SEQ_CST) ||
+      __atomic_sub_fetch(&g_fail_count, 1, __ATOMIC_SEQ_CST) < 0)
+    return false;
+  __atomic_add_fetch(&g_failed, 1, __ATOMIC_SEQ_CST);
+  return true;
+}
+
+void *__wrap_malloc(size_t n) { return fail_this(n) ? NULL : __real_malloc(n); }
+
+void *__wrap_calloc(size_t n, size_t size) {
+  return n && size <= SIZE_MAX / n && fail_this(n * size) ? NULL : __real_calloc(n, size);
 }
 
 static void fail_next(size_t size, int count) {
@@ -76,10 +85,10 @@ static uint64_t cli_payload(const ez_msg *m, size_t n) {
 #define TCP_PAYLOAD 3333
 /* The marshalled message: the buffer a channel allocates for it. */
 #define FRAME_BYTES (TCP_PAYLOAD + 58)
-/* The publisher proposes a window of this many messages; the channel then allocates room for as
- * many RX_ACKs (9 bytes each) when the window starts (tcpring.c, ezi_chan_win_start). */
+/* The publisher proposes a window of this many messages; the channel then allocates a buffer
+ * record for each when the window starts (tcpring.c, ezi_chan_win_start). */
 #define TCP_WINDOW 1000
-#define WIN_ACKS_BYTES (TCP_WINDOW * 9)
+#define WIN_BUFS_BYTES (TCP_WINDOW * sizeof(struct ezi_wbuf))
 
 /* An `ezmsg pub --force-tcp` stream from another process, with the allocation of `fail_size`
  * bytes failing once in this process: the link drops, the subscriber joins again, and the stream
@@ -128,7 +137,7 @@ static void test_tcp_buffer_fails(void **state) {
  * again. */
 static void test_tcp_window_start_fails(void **state) {
   (void)state;
-  tcp_stream_survives(WIN_ACKS_BYTES);
+  tcp_stream_survives(WIN_BUFS_BYTES);
 }
 
 #define BIG 300000
