@@ -283,8 +283,8 @@ static int chan_create(ez_context *ctx, const char *pub_id, chan **out) {
   c->mode = "unknown";
   c->pw.fd = c->gw.fd = -1;
   c->state = CH_REGISTERING;
-  pthread_mutex_init(&c->mu, NULL);
-  pthread_mutex_init(&c->pull_mu, NULL);
+  ezi_mutex_init(&c->mu);
+  ezi_mutex_init(&c->pull_mu);
   pthread_cond_init(&c->cv, NULL);
   int rc = ezi_chan_reg_start(c);
   if (rc) {

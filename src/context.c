@@ -56,7 +56,7 @@ void ezi_ctx_call(ez_context *ctx, void (*fn)(void *), void *arg) {
 
 void ezi_outbox_init(ezi_outbox *ob, ezi_watch *w, uint32_t base_events) {
   memset(ob, 0, sizeof *ob);
-  pthread_mutex_init(&ob->mu, NULL);
+  ezi_mutex_init(&ob->mu);
   ob->w = w;
   ob->base_events = base_events;
 }

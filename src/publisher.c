@@ -151,7 +151,7 @@ int ez_pub_create(ez_context *ctx, const char *topic, const ez_pub_opts *opts, e
   p->opts.host = NULL; /* not kept: the caller owns the string */
   p->nbuf = o.num_buffers;
   p->running = !o.start_paused;
-  pthread_mutex_init(&p->mu, NULL);
+  ezi_mutex_init(&p->mu);
   ezi_cond_init(&p->cv);
   p->tel_msgs = ezi_window_new();
   p->tel_bp = ezi_window_new();

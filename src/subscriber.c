@@ -323,7 +323,7 @@ int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, e
   s->ctx = ctx;
   s->efd = -1;
   s->gw.fd = -1;
-  pthread_mutex_init(&s->mu, NULL);
+  ezi_mutex_init(&s->mu);
   ezi_cond_init(&s->cv);
   s->topic = strdup(topic);
   s->handle = strdup(opts && opts->handle ? opts->handle : topic);

@@ -90,6 +90,14 @@ void ezi_uuid(char out[37]) {
 
 char *ezi_strdup(const char *s) { return s ? strdup(s) : NULL; }
 
+void ezi_mutex_init(pthread_mutex_t *mu) {
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
+  pthread_mutex_init(mu, &a);
+  pthread_mutexattr_destroy(&a);
+}
+
 void ezi_cond_init(pthread_cond_t *cv) {
   pthread_condattr_t a;
   pthread_condattr_init(&a);
