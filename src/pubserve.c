@@ -136,10 +136,13 @@ static long handshake(pub_chan *pc) {
     pc->pid = pid;
     ezi_buf_put_u8(&b, EZI_COMPLETE);
     ezi_buf_put_u64(&b, p->nbuf);
-    /* Ready before COMPLETE goes out: whatever is published once the channel has it reaches it. */
+    /* Ready as COMPLETE is queued, under the lock publishers send under: whatever is published
+     * once the channel has COMPLETE reaches it, and nothing comes before it. */
     pthread_mutex_lock(&p->mu);
     pc->state = PC_READY;
+    if (b.data) ezi_outbox_put(p->ctx, &pc->out, b.data, b.len);
     pthread_mutex_unlock(&p->mu);
+    ezi_buf_free(&b);
     EZI_DEBUG("publisher %s: channel %s ready (pid %llu, %s)", p->topic, pc->id,
               (unsigned long long)pid, pc->shm_ok ? "shm" : "no shm");
   }

@@ -1,8 +1,12 @@
-/* Two processes that subscribe to each other's topics at the same moment must both connect: their
- * channel handshakes are answered by each other's I/O threads, so neither may block on the other
- * (a regression: each used to wait out a 5 s handshake timeout and stay unconnected). */
+/* Joining: two processes that subscribe to each other's topics at the same moment must both
+ * connect: their channel handshakes are answered by each other's I/O threads, so neither may block
+ * on the other (a regression: each used to wait out a 5 s handshake timeout and stay unconnected).
+ * And subscribers that join a publisher while it publishes without pause get the handshake's
+ * COMPLETE before any message (a regression: a message could come first, and the channel dropped
+ * the link as bad data). */
 #include "harness.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -65,7 +69,77 @@ static void test_cross_subscribe(void **state) {
   assert_int_equal(th_stop(srv, SIGTERM, 5000), 0);
 }
 
+static int g_dropped; /* atomic: links a channel dropped */
+
+static void count_drops(void *user, int level, const char *msg) {
+  (void)user;
+  (void)level;
+  if (strstr(msg, "dropping the link")) __atomic_add_fetch(&g_dropped, 1, __ATOMIC_SEQ_CST);
+}
+
+typedef struct {
+  ez_pub *pub;
+  int stop; /* atomic */
+} pub_loop;
+
+static void *publish_forever(void *arg) {
+  pub_loop *pl = arg;
+  for (uint64_t k = 0; !__atomic_load_n(&pl->stop, __ATOMIC_SEQ_CST); k++)
+    ez_publish(pl->pub, &k, sizeof k, 100); /* times out while a subscriber holds everything */
+  return NULL;
+}
+
+/* 30 subscribers of a second context (another process as far as the library knows: shared
+ * memory or TCP) join one after the other a publisher that never pauses, each takes a message
+ * and leaves. */
+static void join_running(bool tcp) {
+  char addr[64];
+  th_free_address(addr, sizeof addr);
+  pid_t srv = th_start_server(addr);
+  __atomic_store_n(&g_dropped, 0, __ATOMIC_SEQ_CST);
+  ez_set_log_hook(count_drops, NULL, EZ_LOG_WARN);
+  ez_context *a = NULL, *b = NULL;
+  assert_int_equal(ez_context_open(addr, &a), 0);
+  assert_int_equal(ez_context_open(addr, &b), 0);
+  ez_pub_opts o;
+  ez_pub_opts_init(&o);
+  o.force_tcp = tcp;
+  pub_loop pl = {0};
+  assert_int_equal(ez_pub_create(a, "/join/running", &o, &pl.pub), 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, publish_forever, &pl), 0);
+  for (int i = 0; i < 30; i++) {
+    ez_sub *s = NULL;
+    assert_int_equal(ez_sub_create(b, "/join/running", NULL, &s), 0);
+    uint64_t k;
+    size_t n = 0;
+    assert_int_equal(ez_recv_copy(s, &k, sizeof k, &n, 10000), 0);
+    assert_int_equal(n, sizeof k);
+    ez_sub_destroy(s);
+  }
+  __atomic_store_n(&pl.stop, 1, __ATOMIC_SEQ_CST);
+  pthread_join(t, NULL);
+  ez_pub_destroy(pl.pub);
+  ez_context_close(b);
+  ez_context_close(a);
+  ez_set_log_hook(NULL, NULL, EZ_LOG_WARN);
+  assert_int_equal(__atomic_load_n(&g_dropped, __ATOMIC_SEQ_CST), 0);
+  assert_int_equal(th_stop(srv, SIGTERM, 5000), 0);
+}
+
+static void test_join_running_shm(void **state) {
+  (void)state;
+  join_running(false);
+}
+
+static void test_join_running_tcp(void **state) {
+  (void)state;
+  join_running(true);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_cross_subscribe)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_cross_subscribe),
+                                     cmocka_unit_test(test_join_running_shm),
+                                     cmocka_unit_test(test_join_running_tcp)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
