@@ -24,7 +24,10 @@ void ezi_chan_link_close(chan *c) {
   ezi_outbox_close(c->ctx, &c->acks);
   close(c->pw.fd);
   c->pw.fd = -1;
-  ezi_buf_free(&c->pin);
+  if (c->cur) /* a TCP ring's chunk: its messages may still be held */
+    ezi_tcpring_link_closed(c);
+  else
+    ezi_buf_free(&c->pin);
 }
 
 static int switch_segment(chan *c, const char *name, size_t n) {
@@ -180,33 +183,45 @@ static void hs_timeout(void *arg) {
   fail(c, EZ_ETIMEDOUT);
 }
 
+/* Drops the link after a frame that is bad, or that there is no memory for; what arrived before
+ * it is delivered. */
+static void drop(chan *c, long err) {
+  if (err == EZ_ENOMEM)
+    EZI_WARN("channel %s: out of memory for the data of publisher %s; dropping the link (it is "
+             "joined again)",
+             c->id, c->pub_id);
+  else
+    EZI_WARN("channel %s: bad data from publisher %s (%s); dropping the link", c->id, c->pub_id,
+             ez_strerror((int)err));
+  if (c->tcp_ring)
+    ezi_tcpring_read_done(c);
+  else
+    ezi_chan_wake_subs(c);
+  fail(c, (int)err);
+}
+
 static void on_pub(ezi_watch *w, uint32_t ev) {
   chan *c = w->arg;
   if ((ev & EPOLLOUT) && ezi_outbox_flush(&c->acks)) return fail(c, EZ_ECONNLOST);
   if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
   long n;
-  while ((n = ezi_buf_fill(&c->pin, w->fd,
+  while ((n = c->cur ? ezi_tcpring_fill(c, w->fd)
+                     : ezi_buf_fill(
+                           &c->pin, w->fd,
                            ezi_tx_limit(ezi_buf_head(&c->pin), ezi_buf_pending(&c->pin)))) > 0) {
     uint64_t now = ezi_tel_now(); /* one clock read for all the frames of this read */
     for (;;) {
       long used = c->state == CH_CONNECTING ? handshake(c) : data_frame(c, now);
       if (used == GONE) return;
-      if (used < 0) {
-        if (used == EZ_ENOMEM)
-          EZI_WARN("channel %s: out of memory for the data of publisher %s; dropping the link "
-                   "(it is joined again)",
-                   c->id, c->pub_id);
-        else
-          EZI_WARN("channel %s: bad data from publisher %s (%s); dropping the link", c->id,
-                   c->pub_id, ez_strerror((int)used));
-        if (c->tcp_ring) /* what arrived before the bad frame is delivered */
-          ezi_tcpring_read_done(c);
-        else
-          ezi_chan_wake_subs(c);
-        return fail(c, (int)used);
+      if (used > 0 && c->cur) { /* a chunk keeps its bytes: messages point into it */
+        c->pin.off += (size_t)used;
+      } else if (used > 0) {
+        ezi_buf_consume(&c->pin, (size_t)used);
+        int rc = c->tcp_ring ? ezi_tcpring_chunk_start(c) : 0; /* X_WIN came: reads go to chunks */
+        if (rc) used = rc;
       }
+      if (used < 0) return drop(c, used);
       if (used == 0) break;
-      ezi_buf_consume(&c->pin, (size_t)used);
     }
     if (c->state != CH_READY) continue;
     if (c->tcp_ring) /* one wake-up for the whole read, and acks for what was released */
@@ -214,6 +229,7 @@ static void on_pub(ezi_watch *w, uint32_t ev) {
     else /* receivers were not woken frame by frame: one wake-up for the whole read */
       ezi_chan_wake_subs(c);
   }
+  if (n == EZ_ENOMEM) return drop(c, n);
   if (n < 0) {
     EZI_DEBUG("channel %s: publisher %s went away", c->id, c->pub_id);
     fail(c, EZ_ECONNLOST);

@@ -9,9 +9,20 @@
 
 /* Spare TX_TCP buffers a channel with slots keeps (chan.spare): at most this many, of at most
  * this size (bigger ones are freed): at most 8 MiB per channel, and only once that much was in
- * flight at the same time (num_buffers messages). A TCP ring keeps its own (wspare, tcpring.c). */
+ * flight at the same time (num_buffers messages). A TCP ring reads into chunks instead (below). */
 #define EZI_CHAN_SPARES 1024u
 #define EZI_CHAN_SPARE_MAX 8192u
+
+/* A TCP ring's reads land in chunks of this many bytes (more for a larger message), and its
+ * messages stay where they arrived until acknowledged (tcpring.c). A chunk's allocation holds its
+ * header first: EZI_CHUNK_ALLOC bytes for one of the standard size. */
+#define EZI_CHUNK_BYTES ((size_t)256 << 10)
+struct ezi_chunk {
+  struct ezi_chunk *next; /* the next one retired, or spare */
+  size_t cap;             /* bytes after the header */
+  uint64_t last;          /* retired: the id of the last message read into it */
+};
+#define EZI_CHUNK_ALLOC (sizeof(struct ezi_chunk) + EZI_CHUNK_BYTES)
 
 typedef struct slot {
   uint64_t msg_id;
@@ -79,15 +90,15 @@ struct chan {
   uint64_t wscan;       /* [wack, wscan): free, not acknowledged yet ... */
   uint64_t wfree_bytes; /* ... and their bytes */
   bool wread;           /* a read since the last idle scan (ezi_tcpring_idle) */
-  struct ezi_wbuf {
-    uint8_t *p;
-    size_t cap;
-    uint64_t bytes;        /* the frame's size */
-  } * wbuf;                /* per entry: the bytes of its message, until acknowledged */
-  struct ezi_wbuf *wspare; /* buffers of acknowledged messages, for the next ones (a stack) */
-  uint32_t n_wspare;
-  uint64_t wkept; /* their sizes, in all */
-  int ack_want;   /* atomic: a release asks the I/O thread to acknowledge (ezi_tcpring_released) */
+  uint64_t *wlen;       /* per entry: its message's frame size, until acknowledged */
+  /* Reads: `pin` is the current chunk's data (cur) once the window starts; messages read before
+   * into a chunk since retired stay there until every one is acknowledged. */
+  struct ezi_chunk *cur;
+  uint64_t cur_first;                        /* the first message read into cur */
+  struct ezi_chunk *retired, **retired_tail; /* oldest first */
+  struct ezi_chunk *spare_chunks;            /* for the next reads (the last freed first) */
+  uint64_t spare_bytes;                      /* their sizes, in all */
+  int ack_want; /* atomic: a release asks the I/O thread to acknowledge (ezi_tcpring_released) */
   chan_sub **subs;
   size_t n_subs;
   int refs; /* chan_subs alive (chan->mu) */
@@ -194,7 +205,17 @@ void ezi_tcpring_acks(ez_context *ctx);
 /* tcpring.c: the loop's idle hook (loop.h): acknowledges what was released on the TCP rings whose
  * stream paused (not read in this round of events), or on all of them before the loop sleeps. */
 void ezi_tcpring_idle(void *arg, bool sleep);
-/* tcpring.c: frees the message buffers (chan_destroy). */
+/* tcpring.c: after the frame X_WIN was consumed: the bytes already read after it move to the
+ * first chunk, and reads go to chunks from now on (ezi_tcpring_fill; a frame used is then
+ * consumed by advancing c->pin.off alone). EZ_ENOMEM if it cannot be allocated. */
+int ezi_tcpring_chunk_start(chan *c);
+/* tcpring.c: reads from fd into the current chunk, moving to a new one when the frame being read
+ * does not fit in it. As ezi_buf_fill: bytes read, 0 if none now, < 0 on error or EOF. */
+long ezi_tcpring_fill(chan *c, int fd);
+/* tcpring.c: the link closes: the current chunk is retired with the rest (its messages may still
+ * be held), and c->pin is left empty. */
+void ezi_tcpring_link_closed(chan *c);
+/* tcpring.c: frees the chunks (chan_destroy). */
 void ezi_tcpring_free(chan *c);
 /* The link of a ready channel failed (it is closed already): the channel is marked failed and
  * its subscribers leave it to join again; it may be gone when this returns. I/O thread. */

@@ -4,10 +4,10 @@
  * size no other allocation here has, so the failure lands where the test aims it).
  *
  * - A TCP stream from an ezmsg-c publisher in another process: the buffer for an arriving
- *   message, or the TCP window's bookkeeping when it starts, cannot be allocated (src/tcpring.c,
- *   or channel.c before the window starts). The link is dropped with a warning, the subscriber
- *   joins again by itself, and the stream goes on: every message received is intact and in
- *   order, and messages keep coming after the failure.
+ *   message without a window (channel.c), the TCP window's bookkeeping when it starts, or a chunk
+ *   its reads go to (src/tcpring.c) cannot be allocated. The link is dropped with a warning, the
+ *   subscriber joins again by itself, and the stream goes on: every message received is intact
+ *   and in order, and messages keep coming after the failure.
  * - A large in-process message whose hot buffer cannot be allocated (src/pubhot.c): ez_publish
  *   puts it in its slot instead, and the subscriber gets it intact. */
 #include "channel.h"
@@ -85,24 +85,24 @@ static uint64_t cli_payload(const ez_msg *m, size_t n) {
 #define TCP_PAYLOAD 3333
 /* The marshalled message: the buffer a channel allocates for it. */
 #define FRAME_BYTES (TCP_PAYLOAD + 58)
-/* The publisher proposes a window of this many messages; the channel then allocates a buffer
- * record for each when the window starts (tcpring.c, ezi_chan_win_start). */
+/* The publisher proposes a window of this many messages; the channel then allocates room for the
+ * size of each when the window starts (tcpring.c, ezi_chan_win_start). */
 #define TCP_WINDOW 1000
-#define WIN_BUFS_BYTES (TCP_WINDOW * sizeof(struct ezi_wbuf))
+#define WIN_BYTES (TCP_WINDOW * sizeof(uint64_t))
 
-/* An `ezmsg pub --force-tcp` stream from another process, with the allocation of `fail_size`
- * bytes failing once in this process: the link drops, the subscriber joins again, and the stream
- * goes on, every message received intact and in order. */
-static void tcp_stream_survives(size_t fail_size) {
+/* An `ezmsg pub --force-tcp` stream from another process, whose TCP window is `window` messages,
+ * with the allocation of `fail_size` bytes failing once in this process: the link drops, the
+ * subscriber joins again, and the stream goes on, every message received intact and in order. */
+static void tcp_stream_survives(size_t fail_size, int window) {
   ez_context *ctx = NULL;
   assert_int_equal(ez_context_open(g_addr, &ctx), 0);
   ez_sub *s = NULL;
   assert_int_equal(ez_sub_create(ctx, "/nomem/tcp", NULL, &s), 0);
   fail_next(fail_size, 1);
-  char size[16], window[16];
+  char size[16], win[16];
   snprintf(size, sizeof size, "%d", TCP_PAYLOAD);
-  snprintf(window, sizeof window, "%d", TCP_WINDOW);
-  setenv(EZ_TCP_WINDOW_ENV, window, 1); /* for the publisher process only */
+  snprintf(win, sizeof win, "%d", window);
+  setenv(EZ_TCP_WINDOW_ENV, win, 1); /* for the publisher process only */
   pid_t pub = th_spawn_cli(-1, "pub", "--address", g_addr, "--force-tcp", "--size", size, "--count",
                            "0", "--rate", "2000", "/nomem/tcp", NULL);
   unsetenv(EZ_TCP_WINDOW_ENV);
@@ -127,17 +127,23 @@ static void tcp_stream_survives(size_t fail_size) {
   ez_context_close(ctx);
 }
 
-/* The buffer of an arriving message (the TCP ring's, or a slot's before the window starts). */
+/* The buffer of an arriving message, without a window (a slot's). */
 static void test_tcp_buffer_fails(void **state) {
   (void)state;
-  tcp_stream_survives(FRAME_BYTES);
+  tcp_stream_survives(FRAME_BYTES, 0);
 }
 
 /* The window's own allocations when it starts: the channel stays without one until it joins
  * again. */
 static void test_tcp_window_start_fails(void **state) {
   (void)state;
-  tcp_stream_survives(WIN_BUFS_BYTES);
+  tcp_stream_survives(WIN_BYTES, TCP_WINDOW);
+}
+
+/* A chunk for the window's reads (the first one, or one of the next: 256 KiB are 77 messages). */
+static void test_tcp_chunk_fails(void **state) {
+  (void)state;
+  tcp_stream_survives(EZI_CHUNK_ALLOC, TCP_WINDOW);
 }
 
 #define BIG 300000
@@ -180,6 +186,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_tcp_buffer_fails, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tcp_window_start_fails, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_tcp_chunk_fails, setup, teardown),
       cmocka_unit_test_setup_teardown(test_hot_buffer_fails, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

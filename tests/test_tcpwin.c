@@ -291,8 +291,10 @@ static void fake_win(fake *f, uint64_t start, uint64_t msgs, uint64_t bytes) {
   rp_wr(f->data, b, sizeof b);
 }
 
-/* Sends message id as TX_TCP with `len` payload bytes, all 'a' + id % 26. */
-static void fake_send(fake *f, uint64_t id, size_t len) {
+/* Sends message id as TX_TCP with `len` payload bytes, all 'a' + id % 26: the first `split` bytes
+ * of the frame (half of it if that is all of it), then after a pause the rest (split 0: at
+ * once). */
+static void fake_send_split(fake *f, uint64_t id, size_t len, size_t split) {
   size_t size = EZI_MARSHAL_BYTES_HDR + len;
   uint8_t *b = malloc(17 + size);
   assert_non_null(b);
@@ -301,9 +303,16 @@ static void fake_send(fake *f, uint64_t id, size_t len) {
   rp_put_u64le(b + 9, size);
   ezi_marshal_bytes_header(b + 17, id, len);
   memset(b + 17 + EZI_MARSHAL_BYTES_HDR, 'a' + (int)(id % 26), len);
-  rp_wr(f->data, b, 17 + size);
+  if (split >= 17 + size) split = (17 + size) / 2;
+  if (split) {
+    rp_wr(f->data, b, split);
+    usleep(2000); /* the channel reads the part alone */
+  }
+  rp_wr(f->data, b + split, 17 + size - split);
   free(b);
 }
+
+static void fake_send(fake *f, uint64_t id, size_t len) { fake_send_split(f, id, len, 0); }
 
 static void fake_end(fake *f) {
   close(f->data);
@@ -377,6 +386,51 @@ static void test_channel_window(void **state) {
   fake_send(&f, 16, 5); /* entry 0 again */
   expect_msg(s, &m[0], 16, 5);
   ez_msg_release(&m[0]);
+  fake_end(&f);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
+/* Message k of test_channel_chunks: larger than a chunk, several in one, or small; every 7th is
+ * written in two parts, cut inside its header or its body. */
+static size_t chunk_msg_len(uint64_t k) {
+  static const size_t lens[4] = {300 << 10, 70 << 10, 5 << 10, 5 << 10};
+  return lens[k % 4];
+}
+
+static void chunk_send(fake *f, uint64_t k) {
+  fake_send_split(f, k, chunk_msg_len(k), k % 7 ? 0 : k % 2 ? 10 : 40000);
+}
+
+/* The channel reads into 256 KiB chunks and leaves messages where they arrived (tcpring.c):
+ * across chunks, with frames cut anywhere and messages larger than a chunk, 64 messages (6 MiB)
+ * held at once stay intact; once all are released and acked, the chunks are reused for 64 more. */
+static void test_channel_chunks(void **state) {
+  (void)state;
+  ez_context *ctx;
+  fake f;
+  ez_sub *s = sub_with_fake(&ctx, &f, "/win/chunks");
+  fake_win(&f, 0, 64, 8 << 20);
+  static ez_msg m[64];
+  for (uint64_t k = 0; k < 64; k++) {
+    chunk_send(&f, k);
+    expect_msg(s, &m[k], k, chunk_msg_len(k));
+  }
+  for (uint64_t k = 0; k < 64; k++) { /* all still there, as they arrived */
+    const uint8_t *d = m[k].data;
+    for (size_t i = 0; i < m[k].len; i++)
+      if (d[i] != 'a' + k % 26) fail_msg("message %llu: byte %zu", (unsigned long long)k, i);
+  }
+  assert_true(rp_quiet_for(f.data, 100)); /* all held: nothing acked */
+  for (uint64_t k = 64; k-- > 0;)
+    ez_msg_release(&m[k]);
+  expect_acked_to(f.data, 63);
+  for (uint64_t k = 64; k < 128; k++) {
+    chunk_send(&f, k);
+    expect_msg(s, &m[0], k, chunk_msg_len(k));
+    ez_msg_release(&m[0]);
+  }
+  expect_acked_to(f.data, 127);
   fake_end(&f);
   ez_sub_destroy(s);
   ez_context_close(ctx);
@@ -666,6 +720,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_publisher_window_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_channel_window, setup, teardown),
       cmocka_unit_test_setup_teardown(test_channel_window_members, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_channel_chunks, setup, teardown),
       cmocka_unit_test_setup_teardown(test_channel_too_large, setup, teardown),
       cmocka_unit_test_setup_teardown(test_channel_held, setup, teardown),
       cmocka_unit_test_setup_teardown(test_channel_overrun, setup, teardown),

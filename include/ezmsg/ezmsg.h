@@ -213,7 +213,7 @@ typedef struct ez_context ez_context;
  * $EZMSG_SHM_RING=0 turns that off for this context's channels and publishers. Over TCP between
  * two ezmsg-c processes, a publisher may have up to $EZMSG_TCP_WINDOW messages unacknowledged per
  * channel instead of num_buffers (default 8192, within 8 MiB beyond num_buffers; 0: off). A
- * window costs ~100 bytes per message of it on the channel's side, ~16 on the publisher's, and a
+ * window costs ~80 bytes per message of it on the channel's side, ~16 on the publisher's, and a
  * subscriber slower than its publisher falls that far behind before backpressure stops it. */
 int ez_context_open(const char *address, ez_context **out);
 
