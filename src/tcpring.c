@@ -94,9 +94,11 @@ int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes
 
 static uint8_t *chunk_data(struct ezi_chunk *k) { return (uint8_t *)(k + 1); }
 
-/* A chunk for `need` bytes and a read after them: the spare one freed last that is large enough
- * (warm in this thread's cache), or a new one. */
-static struct ezi_chunk *chunk_new(chan *c, size_t need) {
+/* A chunk for `need` bytes and a read after them, `have` of which arrived already: the spare one
+ * freed last that is large enough (warm in this thread's cache), or a new one. A new one for a
+ * frame larger than a chunk grows with what arrived (twice that, plus a chunk), so that a header
+ * alone does not allocate the size it claims; the frame moves on as it grows. */
+static struct ezi_chunk *chunk_new(chan *c, size_t need, size_t have) {
   size_t want = need + MIN_READ;
   for (struct ezi_chunk **p = &c->spare_chunks; *p; p = &(*p)->next) {
     struct ezi_chunk *k = *p;
@@ -106,6 +108,7 @@ static struct ezi_chunk *chunk_new(chan *c, size_t need) {
     return k;
   }
   size_t cap = want <= EZI_CHUNK_BYTES ? EZI_CHUNK_BYTES : want;
+  if (cap > 2 * have + EZI_CHUNK_BYTES) cap = 2 * have + EZI_CHUNK_BYTES;
   struct ezi_chunk *k = malloc(sizeof *k + cap);
   if (k) k->cap = cap;
   return k;
@@ -123,13 +126,17 @@ static void chunk_recycle(chan *c, struct ezi_chunk *k) {
   c->spare_bytes += k->cap;
 }
 
-/* Retires the current chunk (its messages wait for their acks; one without any is reused). */
+/* Retires the current chunk: it is reused once no member holds a message read into it (at once
+ * if there is none and it has the standard size). */
 static void chunk_retire(chan *c) {
   struct ezi_chunk *k = c->cur;
   c->cur = NULL;
   if (!k) return;
-  if (c->wnext == c->cur_first) {
-    chunk_recycle(c, k);
+  if (c->wnext == c->cur_first) { /* none: a standard one is kept, a step of a growing frame not */
+    if (k->cap == EZI_CHUNK_BYTES)
+      chunk_recycle(c, k);
+    else
+      free(k);
     return;
   }
   k->last = c->wnext - 1;
@@ -165,7 +172,7 @@ static int chunk_next(chan *c, size_t need) {
   ezi_buf *b = &c->pin;
   size_t pend = b->len - b->off;
   collect(c);
-  struct ezi_chunk *k = chunk_new(c, need);
+  struct ezi_chunk *k = chunk_new(c, need, pend);
   if (!k) return EZ_ENOMEM;
   if (pend) memcpy(chunk_data(k), b->data + b->off, pend);
   chunk_retire(c);
@@ -177,7 +184,7 @@ static int chunk_next(chan *c, size_t need) {
 
 int ezi_tcpring_chunk_start(chan *c) {
   size_t pend = ezi_buf_pending(&c->pin);
-  struct ezi_chunk *k = chunk_new(c, pend);
+  struct ezi_chunk *k = chunk_new(c, pend, pend);
   if (!k) return EZ_ENOMEM;
   if (pend) memcpy(chunk_data(k), ezi_buf_head(&c->pin), pend);
   ezi_buf_free(&c->pin);

@@ -564,6 +564,48 @@ static void test_channel_skipped(void **state) {
   window_violation(5);
 }
 
+/* This process's virtual size in KiB (/proc/self/status VmSize). */
+static long vm_kib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  assert_non_null(f);
+  char line[256];
+  long kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmSize: %ld", &kib) == 1) break;
+  fclose(f);
+  return kib;
+}
+
+/* A frame header claiming 512 MiB, then 100 KiB of its body: the channel's memory grows with the
+ * bytes that came, not with the size claimed (chunks grow with what arrived, tcpring.c); the
+ * frame stays incomplete, nothing is delivered, and the channel takes the rest when it comes. */
+static void test_channel_huge_header(void **state) {
+  (void)state;
+  ez_context *ctx;
+  fake f;
+  ez_sub *s = sub_with_fake(&ctx, &f, "/win/huge");
+  fake_win(&f, 0, 16, 8 << 20);
+  fake_send(&f, 0, 10);
+  ez_msg m;
+  expect_msg(s, &m, 0, 10);
+  ez_msg_release(&m);
+  long before = vm_kib();
+  const size_t claimed = (size_t)512 << 20, sent = 100 << 10;
+  uint8_t *b = calloc(1, 17 + sent);
+  assert_non_null(b);
+  b[0] = EZI_TX_TCP;
+  rp_put_u64le(b + 1, 1);
+  rp_put_u64le(b + 9, claimed);
+  rp_wr(f.data, b, 17 + sent);
+  free(b);
+  assert_int_equal(ez_recv(s, &m, 300), EZ_ETIMEDOUT);
+  long grown = vm_kib() - before;
+  if (grown > 64 << 10) fail_msg("the channel grew by %ld KiB for 100 KiB of a frame", grown);
+  fake_end(&f);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
 /* The in_flight of every channel of this process's profile, summed. */
 static long long all_in_flight(ez_context *ctx) {
   ez_profile_data pd;
@@ -727,6 +769,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_channel_over_budget, setup, teardown),
       cmocka_unit_test_setup_teardown(test_channel_too_small, setup, teardown),
       cmocka_unit_test_setup_teardown(test_channel_skipped, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_channel_huge_header, setup, teardown),
       cmocka_unit_test_setup_teardown(test_queue_outlives_link, setup, teardown),
       cmocka_unit_test_setup_teardown(test_destroy_with_queue_of_lost_link, setup, teardown),
       cmocka_unit_test_setup_teardown(test_drain_before_rejoin, setup, teardown),
