@@ -24,10 +24,8 @@
 #include "channel.h"
 #include "txframe.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #define SEQ __ATOMIC_SEQ_CST
 
@@ -207,18 +205,11 @@ long ezi_tcpring_fill(chan *c, int fd) {
     int rc = chunk_next(c, need > pend ? need : pend);
     if (rc) return rc;
   }
-  for (;;) {
-    size_t room = b->cap - b->len;
-    if (need > BIG_FRAME && room > BIG_READ) room = BIG_READ;
-    ssize_t n = recv(fd, b->data + b->len, room, MSG_DONTWAIT);
-    if (n > 0) {
-      b->len += (size_t)n;
-      return n;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-    return EZ_ECONNLOST;
-  }
+  size_t room = b->cap - b->len;
+  if (need > BIG_FRAME && room > BIG_READ) room = BIG_READ;
+  long n = ezi_recv_some(fd, b->data + b->len, room);
+  if (n > 0) b->len += (size_t)n;
+  return n;
 }
 
 void ezi_tcpring_link_closed(chan *c) {

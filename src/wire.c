@@ -99,12 +99,15 @@ long ezi_buf_fill(ezi_buf *b, int fd, size_t max_total) {
   size_t room = max_total - pend;
   if (room > 65536) room = 65536;
   if (ezi_buf_reserve(b, room)) return EZ_ENOMEM;
+  long n = ezi_recv_some(fd, b->data + b->len, room);
+  if (n > 0) b->len += (size_t)n;
+  return n;
+}
+
+long ezi_recv_some(int fd, uint8_t *p, size_t room) {
   for (;;) {
-    ssize_t n = recv(fd, b->data + b->len, room, MSG_DONTWAIT);
-    if (n > 0) {
-      b->len += (size_t)n;
-      return n;
-    }
+    ssize_t n = recv(fd, p, room, MSG_DONTWAIT);
+    if (n > 0) return (long)n;
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
     return EZ_ECONNLOST;

@@ -85,6 +85,9 @@ int ezi_buf_flush(ezi_buf *b, int fd);
 /* Reads what is available from a non-blocking fd into b, at most `max_total` pending bytes in all.
  * Returns bytes read (> 0), 0 if it would block or b is full, EZ_ECONNLOST on EOF or error. */
 long ezi_buf_fill(ezi_buf *b, int fd, size_t max_total);
+/* One non-blocking read of at most `room` (> 0) bytes of fd into p: bytes read, 0 if none now,
+ * EZ_ECONNLOST on EOF or an error. */
+long ezi_recv_some(int fd, uint8_t *p, size_t room);
 
 /* ---- incremental reader ----------------------------------------------------------------------
  * Parses a frame from the start of the available bytes. Every getter returns false when the bytes
