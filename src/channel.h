@@ -14,8 +14,8 @@
 #define EZI_CHAN_SPARE_MAX 8192u
 
 /* A TCP ring's reads land in chunks of this many bytes (more for a larger message), and its
- * messages stay where they arrived until acknowledged (tcpring.c). A chunk's allocation holds its
- * header first: EZI_CHUNK_ALLOC bytes for one of the standard size. */
+ * messages stay where they arrived until no member holds them (tcpring.c). A chunk's allocation
+ * holds its header first: EZI_CHUNK_ALLOC bytes for one of the standard size. */
 #define EZI_CHUNK_BYTES ((size_t)256 << 10)
 struct ezi_chunk {
   struct ezi_chunk *next; /* the next one retired, or spare */
@@ -91,8 +91,8 @@ struct chan {
   uint64_t wfree_bytes; /* ... and their bytes */
   bool wread;           /* a read since the last idle scan (ezi_tcpring_idle) */
   uint64_t *wlen;       /* per entry: its message's frame size, until acknowledged */
-  /* Reads: `pin` is the current chunk's data (cur) once the window starts; messages read before
-   * into a chunk since retired stay there until every one is acknowledged. */
+  /* Reads: `pin` is the current chunk's data (cur) once the window starts; a chunk retired since
+   * is reused once no member holds a message read into it. */
   struct ezi_chunk *cur;
   uint64_t cur_first;                        /* the first message read into cur */
   struct ezi_chunk *retired, **retired_tail; /* oldest first */
