@@ -162,6 +162,19 @@ int th_server_down(pid_t *pid) {
   return rc == 0 ? 0 : -1;
 }
 
+char th_addr[64];
+static pid_t th_server;
+
+int th_setup(void **state) {
+  (void)state;
+  return th_server_up(th_addr, &th_server);
+}
+
+int th_teardown(void **state) {
+  (void)state;
+  return th_server_down(&th_server);
+}
+
 void th_recv_cli64(ez_sub *s, uint64_t *next, int timeout_ms) {
   ez_msg m;
   int rc = ez_recv(s, &m, timeout_ms);

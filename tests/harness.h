@@ -40,6 +40,13 @@ pid_t th_start_server(const char *addr);
 int th_server_up(char *addr, pid_t *pid);
 int th_server_down(pid_t *pid);
 
+/* The same as a cmocka setup / teardown pair: th_setup starts a graph server of its own for the
+ * test on a free address, th_addr; th_teardown stops it by pid, which cmocka does after a failed
+ * test too. 0 on success. */
+extern char th_addr[64];
+int th_setup(void **state);
+int th_teardown(void **state);
+
 /* Number of entries in /dev/shm whose names begin with "psm_". */
 int th_count_shm(void);
 /* Number of open fds of this process. */

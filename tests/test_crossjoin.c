@@ -46,25 +46,16 @@ static int side(const char *addr, const char *mine, const char *theirs, int rd, 
   return 0;
 }
 
-/* A graph server of its own for each test, stopped by pid by the teardown even if the test
- * failed (a server left running, or killed, leaves its segments in /dev/shm). */
-static char g_addr[64];
-static pid_t g_server;
-
-static int setup(void **state) {
-  (void)state;
-  return th_server_up(g_addr, &g_server);
-}
-
+/* Each test has a graph server of its own (th_setup), stopped by pid in the teardown even if the
+ * test failed (a server left running, or killed, leaves its segments in /dev/shm). */
 static int teardown(void **state) {
-  (void)state;
   ez_set_log_hook(NULL, NULL, EZ_LOG_WARN);
-  return th_server_down(&g_server);
+  return th_teardown(state);
 }
 
 static void test_cross_subscribe(void **state) {
   (void)state;
-  const char *addr = g_addr;
+  const char *addr = th_addr;
   for (int round = 0; round < 3; round++) {
     int a[2], b[2];
     assert_int_equal(pipe(a), 0);
@@ -106,7 +97,7 @@ static void *publish_forever(void *arg) {
  * memory or TCP) join one after the other a publisher that never pauses, each takes a message
  * and leaves. */
 static void join_running(bool tcp) {
-  const char *addr = g_addr;
+  const char *addr = th_addr;
   __atomic_store_n(&g_dropped, 0, __ATOMIC_SEQ_CST);
   ez_set_log_hook(count_drops, NULL, EZ_LOG_WARN);
   ez_context *a = NULL, *b = NULL;
@@ -151,8 +142,8 @@ static void test_join_running_tcp(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_cross_subscribe, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_join_running_shm, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_join_running_tcp, setup, teardown)};
+      cmocka_unit_test_setup_teardown(test_cross_subscribe, th_setup, teardown),
+      cmocka_unit_test_setup_teardown(test_join_running_shm, th_setup, teardown),
+      cmocka_unit_test_setup_teardown(test_join_running_tcp, th_setup, teardown)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

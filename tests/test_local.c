@@ -21,22 +21,9 @@
 #define N_MSGS 20000
 #define MSG_LEN 48
 
-static char g_addr[64];
-static pid_t g_server;
-
-static int setup(void **state) {
-  (void)state;
-  return th_server_up(g_addr, &g_server);
-}
-
-static int teardown(void **state) {
-  (void)state;
-  return th_server_down(&g_server);
-}
-
 static ez_context *open_ctx(void) {
   ez_context *ctx = NULL;
-  assert_int_equal(ez_context_open(g_addr, &ctx), 0);
+  assert_int_equal(ez_context_open(th_addr, &ctx), 0);
   return ctx;
 }
 
@@ -234,7 +221,7 @@ static void test_leave_and_flush(void **state) {
   (void)state;
   ez_context *ctx = open_ctx();
   ez_pub *p = make_pub(ctx, "/local/x", 4);
-  assert_int_equal(ez_graph_connect(g_addr, "/local/x", "/local/y", TMO), 0);
+  assert_int_equal(ez_graph_connect(th_addr, "/local/x", "/local/y", TMO), 0);
   ez_sub *s = make_sub(ctx, "/local/y");
   uint8_t b[MSG_LEN];
   for (uint64_t k = 0; k < 4; k++) {
@@ -250,7 +237,7 @@ static void test_leave_and_flush(void **state) {
   assert_int_equal(ez_publish(p, b, MSG_LEN, 50), EZ_ETIMEDOUT); /* slot 0 is viewed */
   wait_in_flight(ctx, 4);
 
-  assert_int_equal(ez_graph_disconnect(g_addr, "/local/x", "/local/y", TMO), 0);
+  assert_int_equal(ez_graph_disconnect(th_addr, "/local/x", "/local/y", TMO), 0);
   wait_in_flight(ctx, 1); /* the three queued ones are released; the view is not */
   if (check(m.data, m.len, 0, why, sizeof why)) fail_msg("after leaving: %s", why);
   assert_int_equal(ez_publish(p, b, MSG_LEN, 50), EZ_ETIMEDOUT);
@@ -426,12 +413,12 @@ static void test_publisher_appears_while_waiting(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_leave_and_flush, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_outlive_publisher, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_hot_buffers, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_hot_buffers_outlive_publisher, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_publisher_appears_while_waiting, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_threads, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_leave_and_flush, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_outlive_publisher, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_hot_buffers, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_hot_buffers_outlive_publisher, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_publisher_appears_while_waiting, th_setup, th_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -55,18 +55,9 @@ static void fail_none(void) {
   __atomic_store_n(&g_fail_count, 0, __ATOMIC_SEQ_CST);
 }
 
-static char g_addr[64];
-static pid_t g_server;
-
-static int setup(void **state) {
-  (void)state;
-  return th_server_up(g_addr, &g_server);
-}
-
 static int teardown(void **state) {
-  (void)state;
   fail_none();
-  return th_server_down(&g_server);
+  return th_teardown(state);
 }
 
 /* `ezmsg pub --size N` payloads: bytes 0..7 the message number (little-endian), byte i: i % 256.
@@ -95,7 +86,7 @@ static uint64_t cli_payload(const ez_msg *m, size_t n) {
  * subscriber joins again, and the stream goes on, every message received intact and in order. */
 static void tcp_stream_survives(size_t fail_size, int window) {
   ez_context *ctx = NULL;
-  assert_int_equal(ez_context_open(g_addr, &ctx), 0);
+  assert_int_equal(ez_context_open(th_addr, &ctx), 0);
   ez_sub *s = NULL;
   assert_int_equal(ez_sub_create(ctx, "/nomem/tcp", NULL, &s), 0);
   fail_next(fail_size, 1);
@@ -103,8 +94,8 @@ static void tcp_stream_survives(size_t fail_size, int window) {
   snprintf(size, sizeof size, "%d", TCP_PAYLOAD);
   snprintf(win, sizeof win, "%d", window);
   setenv(EZ_TCP_WINDOW_ENV, win, 1); /* for the publisher process only */
-  pid_t pub = th_spawn_cli(-1, "pub", "--address", g_addr, "--force-tcp", "--size", size, "--count",
-                           "0", "--rate", "2000", "/nomem/tcp", NULL);
+  pid_t pub = th_spawn_cli(-1, "pub", "--address", th_addr, "--force-tcp", "--size", size,
+                           "--count", "0", "--rate", "2000", "/nomem/tcp", NULL);
   unsetenv(EZ_TCP_WINDOW_ENV);
   uint64_t last = UINT64_MAX, after = 0;
   int64_t end = th_now_ms() + TMO;
@@ -151,7 +142,7 @@ static void test_tcp_chunk_fails(void **state) {
 static void test_hot_buffer_fails(void **state) {
   (void)state;
   ez_context *ctx = NULL;
-  assert_int_equal(ez_context_open(g_addr, &ctx), 0);
+  assert_int_equal(ez_context_open(th_addr, &ctx), 0);
   ez_sub *s = NULL;
   assert_int_equal(ez_sub_create(ctx, "/nomem/hot", NULL, &s), 0);
   ez_pub *p = NULL;
@@ -184,10 +175,10 @@ static void test_hot_buffer_fails(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_tcp_buffer_fails, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_tcp_window_start_fails, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_tcp_chunk_fails, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_hot_buffer_fails, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_tcp_buffer_fails, th_setup, teardown),
+      cmocka_unit_test_setup_teardown(test_tcp_window_start_fails, th_setup, teardown),
+      cmocka_unit_test_setup_teardown(test_tcp_chunk_fails, th_setup, teardown),
+      cmocka_unit_test_setup_teardown(test_hot_buffer_fails, th_setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -81,19 +81,6 @@ static void test_attach_refuses(void **state) {
 
 /* ---- a publisher in another process -------------------------------------------------------- */
 
-static char g_addr[64];
-static pid_t g_server;
-
-static int setup(void **state) {
-  (void)state;
-  return th_server_up(g_addr, &g_server);
-}
-
-static int teardown(void **state) {
-  (void)state;
-  return th_server_down(&g_server);
-}
-
 /* The channel's shm_ring flag in this process's profile (-1: no channel yet). */
 static int ring_flag(ez_context *ctx) {
   char *json = NULL;
@@ -110,14 +97,14 @@ static int ring_flag(ez_context *ctx) {
 static void stream_from_child(bool ring) {
   if (!ring) setenv("EZMSG_SHM_RING", "0", 1); /* read by ez_context_open: this side says no */
   ez_context *ctx = NULL;
-  assert_int_equal(ez_context_open(g_addr, &ctx), 0);
+  assert_int_equal(ez_context_open(th_addr, &ctx), 0);
   unsetenv("EZMSG_SHM_RING");
   ez_sub *s = NULL;
   assert_int_equal(ez_sub_create(ctx, "/ring/stream", NULL, &s), 0);
   const uint64_t n = 20000;
   char count[32];
   snprintf(count, sizeof count, "%llu", (unsigned long long)n);
-  pid_t pub = th_spawn_cli(-1, "pub", "/ring/stream", "--address", g_addr, "--size", "64",
+  pid_t pub = th_spawn_cli(-1, "pub", "/ring/stream", "--address", th_addr, "--size", "64",
                            "--count", count, "--num-buffers", "8", "--rate", "20000", NULL);
   assert_true(pub > 0);
   uint64_t next = UINT64_MAX, got = 0;
@@ -163,13 +150,13 @@ static uint64_t mono_ns(void) {
 static void fake_start(fake *f, const char *topic) {
   char my_addr[64];
   f->listener = rp_listen(my_addr, 4);
-  f->graph = rp_fake_pub_begin(g_addr, topic, my_addr, f->id);
+  f->graph = rp_fake_pub_begin(th_addr, topic, my_addr, f->id);
   f->data = accept4(f->listener, NULL, NULL, SOCK_CLOEXEC);
   assert_true(f->data >= 0);
   rp_expect_u8(f->data, EZI_CHANNEL);
   char chan_id[64];
   rp_rd_str(f->data, chan_id, sizeof chan_id);
-  assert_int_equal(ez_shm_create(g_addr, 4, 256, &f->seg, TMO), 0);
+  assert_int_equal(ez_shm_create(th_addr, 4, 256, &f->seg, TMO), 0);
   snprintf(f->seg_name, sizeof f->seg_name, "%s", ez_shm_name(f->seg));
   rp_wr_str(f->data, f->seg_name);
   rp_expect_u8(f->data, EZI_SHM_OK);
@@ -222,7 +209,7 @@ static void fake_end(fake *f) {
  * `published` beyond the ring, makes the channel drop the link, and nothing false is delivered. */
 static void ring_violation(int kind) {
   ez_context *ctx = NULL;
-  assert_int_equal(ez_context_open(g_addr, &ctx), 0);
+  assert_int_equal(ez_context_open(th_addr, &ctx), 0);
   ez_sub *s = NULL;
   assert_int_equal(ez_sub_create(ctx, "/ring/fake", NULL, &s), 0);
   fake f;
@@ -265,10 +252,10 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_create_attach),
       cmocka_unit_test(test_attach_refuses),
-      cmocka_unit_test_setup_teardown(test_stream_through_ring, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_stream_without_ring, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_ring_wrong_entry, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_ring_out_of_range, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stream_through_ring, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_stream_without_ring, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_ring_wrong_entry, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_ring_out_of_range, th_setup, th_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

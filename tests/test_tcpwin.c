@@ -17,24 +17,11 @@
 
 #define TMO 30000
 
-static char g_addr[64];
-static pid_t g_server;
-
-static int setup(void **state) {
-  (void)state;
-  return th_server_up(g_addr, &g_server);
-}
-
-static int teardown(void **state) {
-  (void)state;
-  return th_server_down(&g_server);
-}
-
 /* A context whose TCP window setting is `window` ($EZMSG_TCP_WINDOW is read when it opens). */
 static ez_context *open_ctx(const char *window) {
   if (window) setenv(EZ_TCP_WINDOW_ENV, window, 1);
   ez_context *ctx = NULL;
-  assert_int_equal(ez_context_open(g_addr, &ctx), 0);
+  assert_int_equal(ez_context_open(th_addr, &ctx), 0);
   unsetenv(EZ_TCP_WINDOW_ENV);
   return ctx;
 }
@@ -278,7 +265,7 @@ static void fake_accept(fake *f) {
 static void fake_pub_start(fake *f, const char *topic) {
   char my_addr[64];
   f->listener = rp_listen(my_addr, 4);
-  f->graph = rp_fake_pub_begin(g_addr, topic, my_addr, f->id);
+  f->graph = rp_fake_pub_begin(th_addr, topic, my_addr, f->id);
   fake_accept(f);
   rp_expect_u8(f->graph, EZI_COMPLETE);
 }
@@ -730,8 +717,8 @@ static void stream_from_child(const char *window, long long want) {
   ez_sub *s = NULL;
   assert_int_equal(ez_sub_create(ctx, "/win/stream", NULL, &s), 0);
   const uint64_t n = 20000;
-  pid_t pub = th_spawn_cli(-1, "pub", "/win/stream", "--address", g_addr, "--size", "64", "--count",
-                           "20000", "--num-buffers", "4", "--force-tcp", NULL);
+  pid_t pub = th_spawn_cli(-1, "pub", "/win/stream", "--address", th_addr, "--size", "64",
+                           "--count", "20000", "--num-buffers", "4", "--force-tcp", NULL);
   assert_true(pub > 0);
   uint64_t next = UINT64_MAX, got = 0;
   long long win = -2;
@@ -757,25 +744,25 @@ static void test_stream_without_window(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_publisher_window, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_publisher_byte_budget, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_publisher_window_off, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_channel_window, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_channel_window_members, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_channel_chunks, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_channel_too_large, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_channel_held, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_channel_overrun, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_channel_over_budget, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_channel_too_small, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_channel_skipped, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_channel_huge_header, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_queue_outlives_link, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_destroy_with_queue_of_lost_link, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_drain_before_rejoin, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_spare_buffers, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_stream_with_window, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_stream_without_window, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_publisher_window, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_publisher_byte_budget, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_publisher_window_off, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_channel_window, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_channel_window_members, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_channel_chunks, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_channel_too_large, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_channel_held, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_channel_overrun, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_channel_over_budget, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_channel_too_small, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_channel_skipped, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_channel_huge_header, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_queue_outlives_link, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_destroy_with_queue_of_lost_link, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_drain_before_rejoin, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_spare_buffers, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_stream_with_window, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_stream_without_window, th_setup, th_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
