@@ -185,8 +185,9 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
  * at this point (the publisher waited) and becomes a TCP ring. EZ_EPROTO if the window breaks the
  * limits or something is held, EZ_ENOMEM. I/O thread. */
 int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes);
-/* tcpring.c: a TX_TCP frame (f, whole) on a TCP ring: checked against the window and put for the
- * members. 0, or EZ_EPROTO (the publisher broke the window), EZ_ENOMEM. I/O thread. */
+/* tcpring.c: a TX_TCP frame (f, whole, in the current chunk, where it stays) on a TCP ring:
+ * checked against the window and put for the members. 0, or EZ_EPROTO (the publisher broke the
+ * window). I/O thread. */
 int ezi_tcpring_frame(chan *c, const ezi_tx_frame *f, uint64_t now);
 /* tcpring.c: after a read's frames: publishes the messages they completed, wakes the members
  * that sleep (once for all of them), and acknowledges what was released if that is a quarter of

@@ -593,7 +593,6 @@ static void ring_put(ez_pub *p, pub_chan *pc, uint64_t id, uint64_t now) {
   }
 }
 
-/* Sends the message now in slot idx (p->mu held). */
 /* Sends the message in the next slot (its payload of len bytes there, or, for the local channel
  * alone, at `local_data`: a hot buffer, pubhot.c). p->mu held. */
 static void send_slot(ez_pub *p, size_t len, const uint8_t *local_data) {
