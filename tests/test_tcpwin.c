@@ -128,14 +128,17 @@ static long long pub_in_flight(ez_context *ctx) {
   return n;
 }
 
-/* Polls this process's profile until the publisher's in_flight is n (acks arrive on the I/O
- * thread). */
-static void wait_in_flight(ez_context *ctx, long long n) {
+/* Polls get(ctx), a count from this process's profile, until it is n (what it counts changes on
+ * the I/O thread); fails if it is not within TMO. */
+static void wait_count(long long (*get)(ez_context *), ez_context *ctx, long long n) {
   int64_t end = th_now_ms() + TMO;
-  while (pub_in_flight(ctx) != n && th_now_ms() < end)
-    usleep(1000);
-  assert_int_equal(pub_in_flight(ctx), n);
+  while (get(ctx) != n && th_now_ms() < end)
+    th_sleep_ms(1);
+  assert_int_equal(get(ctx), n);
 }
+
+/* Until the publisher's in_flight is n (acks arrive on the I/O thread). */
+static void wait_in_flight(ez_context *ctx, long long n) { wait_count(pub_in_flight, ctx, n); }
 
 /* A window of 16 with 4 buffers: 16 messages go out unacknowledged; the 17th waits for the entry
  * of the first, and goes once that is acked. An ack in a window is for every message up to it;
@@ -618,10 +621,7 @@ static void queue_outlives_link(bool receive) {
   fake_win(&f, 0, 256, 8 << 20);
   for (uint64_t id = 0; id < 200; id++)
     fake_send(&f, id, 50);
-  int64_t end = th_now_ms() + TMO;
-  while (all_in_flight(ctx) != 200 && th_now_ms() < end)
-    th_sleep_ms(5);
-  assert_int_equal(all_in_flight(ctx), 200);
+  wait_count(all_in_flight, ctx, 200);
   fake_end(&f); /* the link breaks, and the publisher leaves the graph (an UPDATE follows) */
   th_sleep_ms(300);
   if (receive) {
@@ -648,18 +648,12 @@ static void test_drain_before_rejoin(void **state) {
   fake_win(&f, 0, 256, 8 << 20);
   for (uint64_t id = 0; id < 100; id++)
     fake_send(&f, id, 20);
-  int64_t end = th_now_ms() + TMO;
-  while (all_in_flight(ctx) != 100 && th_now_ms() < end)
-    th_sleep_ms(5);
-  assert_int_equal(all_in_flight(ctx), 100);
+  wait_count(all_in_flight, ctx, 100);
   close(f.data); /* cut; the subscriber joins again within about 50 ms */
   fake_accept(&f);
   for (uint64_t id = 100; id < 104; id++) /* 4 slots: all may be in flight */
     fake_send(&f, id, 20);
-  end = th_now_ms() + TMO; /* both channels' messages wait before the first is taken */
-  while (all_in_flight(ctx) != 104 && th_now_ms() < end)
-    th_sleep_ms(5);
-  assert_int_equal(all_in_flight(ctx), 104);
+  wait_count(all_in_flight, ctx, 104); /* both channels' messages wait before the first is taken */
   for (uint64_t id = 0; id < 104; id++) {
     ez_msg m;
     expect_msg(s, &m, id, 20);
