@@ -205,7 +205,7 @@ void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
   slot *s = &c->slots[idx];
   if (cs->t0[idx] && s->live && s->msg_id == msg_id) {
     uint64_t t0 = cs->t0[idx], now = t0 == EZI_UNSTAMPED ? EZI_UNSTAMPED : ezi_tel_now();
-    ezi_window_span(cs->proc, t0, now, &cs->proc_untimed);
+    ezi_window_span(cs->proc, t0, now);
     cs->t0[idx] = 0;
     cs->in_flight--;
     if (--s->refs == 0) {
@@ -234,7 +234,7 @@ json_t *ezi_chan_profile(chan *c, double window_s) {
   for (size_t i = 0; i < c->n_subs; i++) {
     chan_sub *cs = c->subs[i];
     uint64_t n = cs->in_flight;
-    if (!c->ls) ezi_window_fold(cs->proc, &cs->proc_untimed); /* (local: under its sub's lock) */
+    if (!c->ls) ezi_window_fold(cs->proc); /* (local: under its sub's lock) */
     json_t *sj = c->ls ? ezi_lchan_sub_json(cs, now, window_s, &n)
                        : ezi_sub_tel_json(cs->proc, ez_sub_id(cs->sub), ezi_sub_handle(cs->sub),
                                           cs->in_flight, now, window_s);

@@ -63,8 +63,7 @@ struct chan_sub {
   uint64_t next;    /* the next message id to take */
   uint64_t end;     /* UINT64_MAX while a member; after leaving, the first id not counted for it */
   uint32_t held;    /* taken and not released yet */
-  ezi_window *proc; /* processing times (telemetry.h; its own allocation) ... */
-  uint64_t proc_untimed; /* ... and the unstamped releases not in it yet (same guard) */
+  ezi_window *proc; /* processing times (telemetry.h; its own allocation, same guard) */
 };
 
 enum { CH_REGISTERING, CH_CONNECTING, CH_READY, CH_FAILED };

@@ -321,7 +321,7 @@ void ezi_lchan_release(chan_sub *cs, uint64_t msg_id) {
   }
   /* A message its publisher did not stamp is not timed here either (telclock.h). */
   uint64_t now = t0 == EZI_UNSTAMPED ? EZI_UNSTAMPED : ezi_tel_now();
-  ezi_window_span(cs->proc, t0, now, &cs->proc_untimed);
+  ezi_window_span(cs->proc, t0, now);
   cs->t0[idx] = 0;
   /* The entry is dropped under s->mu, while cs still counts it: once cs holds nothing, a leave
    * on another thread may free cs and with it the last reference to c. A wake-up that needs c
@@ -404,7 +404,7 @@ json_t *ezi_lchan_sub_json(chan_sub *cs, uint64_t now, double window_s, uint64_t
   pthread_mutex_lock(&s->mu);
   uint64_t e = avail_end(cs);
   *in_flight = cs->held + (cs->next < e ? e - cs->next : 0);
-  ezi_window_fold(cs->proc, &cs->proc_untimed);
+  ezi_window_fold(cs->proc);
   json_t *j = ezi_sub_tel_json(cs->proc, s->id, s->handle, *in_flight, now, window_s);
   pthread_mutex_unlock(&s->mu);
   return j;

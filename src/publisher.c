@@ -279,7 +279,7 @@ static bool local_held(ez_pub *p, uint32_t idx) {
   uint64_t freed;
   if (!p->local || !ezi_lchan_slot_free(p->local, idx, &freed)) return p->local != NULL;
   uint64_t t0 = p->local_t0[idx];
-  ezi_window_span(p->tel_bp, t0, freed, &p->bp_untimed);
+  ezi_window_span(p->tel_bp, t0, freed);
   p->local_t0[idx] = 0;
   p->in_flight--;
   return false;
@@ -291,7 +291,7 @@ static bool ring_held(ez_pub *p, pub_chan *pc, uint32_t idx) {
   ezi_ring_entry *e = &pc->ring.e[idx];
   if (__atomic_load_n(&e->refs, __ATOMIC_SEQ_CST)) return true;
   uint64_t t0 = pc->t0[idx], freed = __atomic_load_n(&e->freed_at, __ATOMIC_RELAXED);
-  ezi_window_span(p->tel_bp, t0, freed, &p->bp_untimed);
+  ezi_window_span(p->tel_bp, t0, freed);
   pc->t0[idx] = 0;
   pc->held--;
   p->in_flight--;
@@ -367,7 +367,7 @@ void ezi_pub_free_locked(ez_pub *p, pub_chan *pc, uint64_t msg_id, uint64_t now)
   uint32_t idx = (uint32_t)(msg_id % p->nbuf);
   uint64_t *t0 = &pc->t0[idx];
   if (!*t0 || p->slot_msg[idx] != msg_id) return; /* stale or duplicate ack */
-  ezi_window_span(p->tel_bp, *t0, now, &p->bp_untimed);
+  ezi_window_span(p->tel_bp, *t0, now);
   *t0 = 0;
   p->in_flight--;
   if (--pc->held == 0 && (pc->ring_wanted || pc->win_wanted) && p->waiters)
@@ -399,7 +399,7 @@ void ezi_pub_ring_close(ez_pub *p, pub_chan *pc, uint64_t now) {
   }
   for (uint32_t i = 0; i < p->nbuf; i++) {
     if (!pc->t0[i]) continue;
-    ezi_window_span(p->tel_bp, pc->t0[i], now, &p->bp_untimed);
+    ezi_window_span(p->tel_bp, pc->t0[i], now);
     pc->t0[i] = 0;
     p->in_flight--;
   }
@@ -744,7 +744,7 @@ json_t *ezi_pub_profile(ez_pub *p, double window_s) {
   ezi_window_tally_n(p->tel_msgs, p->total_msgs - p->msgs_seen, p->total_bytes - p->bytes_seen);
   p->msgs_seen = p->total_msgs;
   p->bytes_seen = p->total_bytes;
-  ezi_window_fold(p->tel_bp, &p->bp_untimed);
+  ezi_window_fold(p->tel_bp);
   json_t *j = ezi_pub_tel_json(p->tel_msgs, p->tel_bp, p->total_msgs, p->total_bytes, p->in_flight,
                                now, window_s);
   size_t nch = count_channels(p);

@@ -96,7 +96,6 @@ struct ez_pub {
   ezi_window *tel_msgs, *tel_bp;
   ezi_stamper stamps;
   uint64_t msgs_seen, bytes_seen; /* the totals when tel_msgs last had them (the rest: unstamped) */
-  uint64_t bp_untimed;            /* leases freed unstamped, not in tel_bp yet */
   /* Hot buffers for large messages only this process reads (pubhot.c). */
   struct ezi_hot {
     uint8_t *p;

@@ -58,7 +58,7 @@ static void apply(ez_pub *p, pub_chan *pc) {
     const struct ezi_win_mark *m = &pc->marks[i];
     for (; pc->win_first < m->to; pc->win_first++) {
       uint32_t k = (uint32_t)(pc->win_first % pc->win_max);
-      ezi_window_span(p->tel_bp, pc->win_t0[k], m->at, &p->bp_untimed);
+      ezi_window_span(p->tel_bp, pc->win_t0[k], m->at);
       pc->win_bytes -= pc->win_len[k];
       p->in_flight--;
     }

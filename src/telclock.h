@@ -80,15 +80,15 @@ static inline uint64_t ezi_tel_now(void) { return ezi_now_ns(); }
 
 #endif
 
-/* Sampled stamps, for a publisher's messages. Up to about 500 k messages/s every message is
+/* Sampled stamps, for a publisher's messages. Up to about 125 k messages/s every message is
  * stamped. Faster, one in `every` (a power of two up to EZI_STAMP_MAX_EVERY) is, so that stamps
  * come about every EZI_STAMP_SPAN_NS; the others get EZI_UNSTAMPED, and with them their whole
  * journey (the receivers take no stamp when they release them), so they are counted but not
  * timed. Durations (backpressure, processing) are then averages, maxima and percentiles over the
  * stamped messages; counts and rates stay exact. The choice is made at each stamp from the rate
  * since the previous one; ezi_stamper_reset (after the publisher waited) stamps the next one. */
-#define EZI_STAMP_MAX_EVERY 64u
-#define EZI_STAMP_SPAN_NS 4000u
+#define EZI_STAMP_MAX_EVERY 256u
+#define EZI_STAMP_SPAN_NS 16000u
 
 typedef struct ezi_stamper {
   uint64_t last;  /* the last stamp (0: none yet) */

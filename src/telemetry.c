@@ -7,7 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-ezi_window *ezi_window_new(void) { return calloc(1, sizeof(ezi_window)); }
+ezi_window *ezi_window_new(void) {
+  size_t n = (sizeof(ezi_window) + 63) / 64 * 64; /* aligned_alloc wants a multiple */
+  ezi_window *w = aligned_alloc(64, n);
+  if (w) memset(w, 0, n);
+  return w;
+}
 
 void ezi_window_free(ezi_window *w) { free(w); }
 

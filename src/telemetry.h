@@ -79,6 +79,7 @@ typedef struct ezi_window_bucket {
 typedef struct ezi_window {
   uint64_t cur_start; /* the newest bucket's span starts here (ns) ... */
   uint32_t cur;       /* ... and this is its index: updates within it skip the arithmetic */
+  uint64_t pending;   /* events counted by ezi_window_span without a time, not folded in yet */
   ezi_window_bucket buckets[EZI_WINDOW_BUCKETS];
 } ezi_window;
 
@@ -88,7 +89,9 @@ void ezi_window_init(ezi_window *w);
 /* A new empty window on the heap (the caller frees it with ezi_window_free), or NULL when out of
  * memory. Publishers and channels keep their windows apart from their own structs: 80 KiB
  * embedded would make those structs page-aligned mmap blocks, laid out differently in the builds
- * with and without telemetry. */
+ * with and without telemetry. The allocation starts and ends on a cache-line boundary, so the
+ * counter an unstamped event increments (`pending`) shares its line with nothing another thread
+ * writes: the owner's structs are then laid out alike with telemetry compiled in and out. */
 ezi_window *ezi_window_new(void);
 void ezi_window_free(ezi_window *w);
 
@@ -169,20 +172,20 @@ static inline void ezi_window_tally_n(ezi_window *w, uint64_t n, uint64_t sum) {
 
 /* Moves the events counted in *pending into the window (before a query, or before a stamped
  * event is added). */
-static inline void ezi_window_fold(ezi_window *w, uint64_t *pending) {
-  if (*pending) ezi_window_tally_n(w, *pending, 0);
-  *pending = 0;
+static inline void ezi_window_fold(ezi_window *w) {
+  if (w->pending) ezi_window_tally_n(w, w->pending, 0);
+  w->pending = 0;
 }
 
 /* A duration from stamp t0 to stamp t1. If either is EZI_UNSTAMPED the event is only counted, in
- * *pending, until the next timed one or a query folds it in; t1 < t0 (stamps of two processes)
+ * w->pending, until the next timed one or a query folds it in; t1 < t0 (stamps of two processes)
  * counts as 0. */
-static inline void ezi_window_span(ezi_window *w, uint64_t t0, uint64_t t1, uint64_t *pending) {
+static inline void ezi_window_span(ezi_window *w, uint64_t t0, uint64_t t1) {
   if (t0 == EZI_UNSTAMPED || t1 == EZI_UNSTAMPED) {
-    ++*pending;
+    w->pending++;
     return;
   }
-  ezi_window_fold(w, pending);
+  ezi_window_fold(w);
   ezi_window_add(w, t1, t1 > t0 ? t1 - t0 : 0);
 }
 
@@ -211,15 +214,11 @@ static inline void ezi_window_tally_n(ezi_window *w, uint64_t n, uint64_t sum) {
   (void)n;
   (void)sum;
 }
-static inline void ezi_window_fold(ezi_window *w, uint64_t *pending) {
-  (void)w;
-  (void)pending;
-}
-static inline void ezi_window_span(ezi_window *w, uint64_t t0, uint64_t t1, uint64_t *pending) {
+static inline void ezi_window_fold(ezi_window *w) { (void)w; }
+static inline void ezi_window_span(ezi_window *w, uint64_t t0, uint64_t t1) {
   (void)w;
   (void)t0;
   (void)t1;
-  (void)pending;
 }
 
 #endif /* EZ_NO_TELEMETRY */

@@ -581,7 +581,7 @@ static void *drain_thread(void *arg) {
   return NULL;
 }
 
-/* Above ~500 k messages/s stamps are sampled (telclock.h): every message is still counted
+/* Above ~125 k messages/s stamps are sampled (telclock.h): every message is still counted
  * (messages, backpressure and processing samples exactly n), the durations come from the
  * stamped ones: at least one in EZI_STAMP_MAX_EVERY, and fewer than all. */
 static void test_high_rate_sampling(void **state) {

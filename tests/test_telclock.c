@@ -63,8 +63,8 @@ static void test_after_idle(void **state) {
   track(5);
 }
 
-/* Sampled stamps: slow callers get every one stamped; a tight loop (far above 500 k calls/s)
- * gets one in 2..64 (the rate estimate can be disturbed by preemption, never raised above 64);
+/* Sampled stamps: slow callers get every one stamped; a tight loop (far above 125 k calls/s)
+ * gets one in 4..256 (the rate estimate can be disturbed by preemption, never raised above 256);
  * a reset stamps the next call. */
 static void test_stamper(void **state) {
   (void)state;
