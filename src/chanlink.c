@@ -3,7 +3,8 @@
  * out (and ezmsg-c's extensions: X_HELLO / X_RING for a notice ring, X_WIN_ASK / X_WIN for a
  * larger TCP window). Everything here runs on the I/O thread and never waits for the publisher: two
  * processes that subscribe to each other at the same moment must not wait on each other's I/O
- * threads. */
+ * threads. Nor for the graph server: a segment is attached (SHM_ATTACH) asynchronously, and the
+ * link stops reading from its publisher until that is done. */
 #include "channel.h"
 #include "txframe.h"
 
@@ -19,6 +20,8 @@
 void ezi_chan_link_close(chan *c) {
   if (c->hs_timer) ezi_loop_cancel(c->ctx->loop, c->hs_timer);
   c->hs_timer = 0;
+  ezi_attach_cancel(c->attaching);
+  c->attaching = NULL;
   if (c->pw.fd < 0) return;
   ezi_loop_del(&c->pw);
   ezi_outbox_close(c->ctx, &c->acks);
@@ -30,21 +33,37 @@ void ezi_chan_link_close(chan *c) {
     ezi_buf_free(&c->pin);
 }
 
-static int switch_segment(chan *c, const char *name, size_t n) {
-  char nm[EZI_SHM_NAME_MAX + 1];
-  if (n > EZI_SHM_NAME_MAX) return EZ_EPROTO;
-  memcpy(nm, name, n);
-  nm[n] = 0;
-  ezi_seg *ns = NULL;
-  int rc = ezi_seg_attach(c->ctx->address, nm, &ns, EZ_DEFAULT_TIMEOUT_MS);
-  if (rc) return rc;
-  if (ns->shm.num_buffers != c->nbuf) {
-    ezi_seg_unref(ns);
-    return EZ_EPROTO;
-  }
-  ezi_seg_unref(c->seg); /* slots keep their own references */
-  c->seg = ns;
-  return 0;
+static void attached(void *arg, int rc, ezi_seg *seg);
+
+/* The handshake's attach gives up early enough to answer SHM_ATTACH_FAILED (the publisher then
+ * sends over TCP) before the handshake's own deadline, EZ_DEFAULT_TIMEOUT_MS. */
+#define EZI_HS_ATTACH_MS 2000
+
+/* Starts attaching segment `name` (n bytes) and pauses reading until it is done (`attached`).
+ * 0, or an error (EZ_EPROTO for a bad name). Not even a hang-up is watched for meanwhile: what
+ * the publisher sent before it left is still read once the segment is mapped. */
+static int attach(chan *c, const char *name, size_t n) {
+  if (!n || n > EZI_SHM_NAME_MAX) return EZ_EPROTO;
+  memcpy(c->attach_name, name, n);
+  c->attach_name[n] = 0;
+  int ms = c->state == CH_CONNECTING ? EZI_HS_ATTACH_MS : EZ_DEFAULT_TIMEOUT_MS;
+  int rc = ezi_attach_start(c->ctx, c->attach_name, ms, attached, c, &c->attaching);
+  if (!rc) ezi_outbox_set_events(&c->acks, 0);
+  return rc;
+}
+
+/* A message names a segment other than the one mapped (the publisher grew its buffers): 0 once
+ * it is mapped, else 0 after starting to attach it (the frame waits in c->pin), or an error. */
+static int need_segment(chan *c, const char *name, size_t n) {
+  if (c->seg && strlen(c->seg->shm.name) == n && !memcmp(c->seg->shm.name, name, n)) return 0;
+  return attach(c, name, n);
+}
+
+/* The handshake's answer to the segment's name: SHM_OK if it is mapped, and our pid. */
+static void answer_name(chan *c) {
+  uint8_t b[9] = {c->seg ? EZI_SHM_OK : EZI_SHM_ATTACH_FAILED};
+  ezi_put_u64le(b + 1, (uint64_t)c->ctx->pid);
+  ezi_outbox_put(c->ctx, &c->acks, b, 9);
 }
 
 /* Parses one data frame from c->pin: bytes used, 0 for more, < 0 on a protocol error. */
@@ -70,10 +89,8 @@ static long data_frame(chan *c, uint64_t now) {
   }
   if (c->ring_on) { /* a TX_SHM wakes us up, or names the segment of a message in the ring */
     if (cmd != EZI_TX_SHM || c->ring_bad) return EZ_EPROTO;
-    if (!c->seg || strlen(c->seg->shm.name) != nn || memcmp(c->seg->shm.name, name, nn)) {
-      int rc = switch_segment(c, name, nn);
-      if (rc) return rc;
-    }
+    int rc = need_segment(c, name, nn);
+    if (rc || c->attaching) return rc;
     ezi_lchan_ring_seg(c, msg_id);
     ezi_lchan_pull(c, NULL, true);
     return c->ring_bad ? EZ_EPROTO : (long)f.used;
@@ -87,10 +104,8 @@ static long data_frame(chan *c, uint64_t now) {
   size_t owned_cap = 0;
   ezi_seg *seg = NULL;
   if (cmd == EZI_TX_SHM) {
-    if (!c->seg || strlen(c->seg->shm.name) != nn || memcmp(c->seg->shm.name, name, nn)) {
-      int rc = switch_segment(c, name, nn);
-      if (rc) return rc;
-    }
+    int rc = need_segment(c, name, nn);
+    if (rc || c->attaching) return rc;
     seg = c->seg;
     const uint8_t *d = ezi_seg_data(seg, msg_id % c->nbuf);
     if (ezi_unmarshal(d, ezi_seg_room(seg), &um) || um.msg_id != msg_id) return EZ_EPROTO;
@@ -136,19 +151,13 @@ static long handshake(chan *c) {
     ezi_rd_str(&r, &name, &n);
     int st = ezi_rd_status(&r);
     if (st <= 0) return st;
-    /* Attaching asks the graph server, which never waits on anyone: safe to block on here. */
-    char nm[EZI_SHM_NAME_MAX + 1];
-    if (n && n <= EZI_SHM_NAME_MAX) {
-      memcpy(nm, name, n);
-      nm[n] = 0;
-      if (ezi_seg_attach(c->ctx->address, nm, &c->seg, EZ_DEFAULT_TIMEOUT_MS)) c->seg = NULL;
-    }
-    uint8_t b[9] = {c->seg ? EZI_SHM_OK : EZI_SHM_ATTACH_FAILED};
-    ezi_put_u64le(b + 1, (uint64_t)c->ctx->pid);
-    ezi_outbox_put(c->ctx, &c->acks, b, 9);
     c->hs_named = true;
+    /* The answer waits for the attach (`attached`); a name we cannot attach gets
+     * SHM_ATTACH_FAILED at once, and the publisher sends over TCP. */
+    if (attach(c, name, n)) answer_name(c);
     return (long)r.pos;
   }
+  if (c->attaching) return 0;
   uint8_t cmd = 0;
   uint64_t nbuf = 0;
   if (ezi_rd_u8(&r, &cmd)) ezi_rd_u64(&r, &nbuf);
@@ -200,34 +209,73 @@ static void drop(chan *c, long err) {
   fail(c, (int)err);
 }
 
+/* Parses the frames c->pin holds (all of them, or up to one that waits for an attach). false if
+ * the link was dropped, or the channel may be gone. */
+static bool consume(chan *c, uint64_t now) {
+  for (;;) {
+    long used = c->state == CH_CONNECTING ? handshake(c) : data_frame(c, now);
+    if (used == GONE) return false;
+    if (used > 0 && c->cur) { /* a chunk keeps its bytes: messages point into it */
+      c->pin.off += (size_t)used;
+    } else if (used > 0) {
+      ezi_buf_consume(&c->pin, (size_t)used);
+      int rc = c->tcp_ring ? ezi_tcpring_chunk_start(c) : 0; /* X_WIN came: reads go to chunks */
+      if (rc) used = rc;
+    }
+    if (used < 0) {
+      drop(c, used);
+      return false;
+    }
+    if (used == 0) break;
+  }
+  if (c->state != CH_READY) return true;
+  if (c->tcp_ring) /* one wake-up for the whole read, and acks for what was released */
+    ezi_tcpring_read_done(c);
+  else /* receivers were not woken frame by frame: one wake-up for the whole read */
+    ezi_chan_wake_subs(c);
+  return true;
+}
+
+static void attached(void *arg, int rc, ezi_seg *seg) {
+  chan *c = arg;
+  c->attaching = NULL;
+  if (!rc && strcmp(seg->shm.name, c->attach_name) != 0) rc = EZ_EPROTO; /* not what we asked */
+  if (!rc && c->state != CH_CONNECTING && seg->shm.num_buffers != c->nbuf) rc = EZ_EPROTO;
+  if (rc) ezi_seg_unref(seg);
+  if (c->state == CH_CONNECTING) { /* the handshake's name: mapped or not, the answer goes out */
+    c->seg = rc ? NULL : seg;
+    if (rc)
+      EZI_DEBUG("channel %s: segment %s not attached (%s): publisher %s sends over TCP", c->id,
+                c->attach_name, ez_strerror(rc), c->pub_id);
+    answer_name(c);
+  } else if (rc) { /* a message in a segment we cannot map: the link is no use */
+    EZI_WARN("channel %s: segment %s of publisher %s not attached (%s); dropping the link", c->id,
+             c->attach_name, c->pub_id, ez_strerror(rc));
+    ezi_chan_wake_subs(c); /* for what arrived before it */
+    return fail(c, rc);
+  } else {
+    ezi_seg_unref(c->seg); /* slots keep their own references */
+    c->seg = seg;
+  }
+  ezi_outbox_set_events(&c->acks, EPOLLIN | EPOLLRDHUP);
+  consume(c, ezi_tel_now()); /* what arrived before the attach began and waits in c->pin */
+}
+
 static void on_pub(ezi_watch *w, uint32_t ev) {
   chan *c = w->arg;
   if ((ev & EPOLLOUT) && ezi_outbox_flush(&c->acks)) return fail(c, EZ_ECONNLOST);
+  if (c->attaching) { /* not reading meanwhile (a reset connection is reported anyway) */
+    if (ev & (EPOLLHUP | EPOLLERR)) fail(c, EZ_ECONNLOST);
+    return;
+  }
   if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
-  long n;
-  while ((n = c->cur ? ezi_tcpring_fill(c, w->fd)
-                     : ezi_buf_fill(
-                           &c->pin, w->fd,
-                           ezi_tx_limit(ezi_buf_head(&c->pin), ezi_buf_pending(&c->pin)))) > 0) {
+  long n = 0;
+  while (!c->attaching && (n = c->cur ? ezi_tcpring_fill(c, w->fd)
+                                      : ezi_buf_fill(&c->pin, w->fd,
+                                                     ezi_tx_limit(ezi_buf_head(&c->pin),
+                                                                  ezi_buf_pending(&c->pin)))) > 0) {
     uint64_t now = ezi_tel_now(); /* one clock read for all the frames of this read */
-    for (;;) {
-      long used = c->state == CH_CONNECTING ? handshake(c) : data_frame(c, now);
-      if (used == GONE) return;
-      if (used > 0 && c->cur) { /* a chunk keeps its bytes: messages point into it */
-        c->pin.off += (size_t)used;
-      } else if (used > 0) {
-        ezi_buf_consume(&c->pin, (size_t)used);
-        int rc = c->tcp_ring ? ezi_tcpring_chunk_start(c) : 0; /* X_WIN came: reads go to chunks */
-        if (rc) used = rc;
-      }
-      if (used < 0) return drop(c, used);
-      if (used == 0) break;
-    }
-    if (c->state != CH_READY) continue;
-    if (c->tcp_ring) /* one wake-up for the whole read, and acks for what was released */
-      ezi_tcpring_read_done(c);
-    else /* receivers were not woken frame by frame: one wake-up for the whole read */
-      ezi_chan_wake_subs(c);
+    if (!consume(c, now)) return;
   }
   if (n == EZ_ENOMEM) return drop(c, n);
   if (n < 0) {

@@ -146,7 +146,10 @@ struct chan {
   ezi_seg *seg;
   uint64_t hs_timer; /* the registration's, then the handshake's deadline */
   bool reg_sent;     /* the CHANNEL request went out (registration) */
-  bool hs_named;     /* the shm name arrived and was answered */
+  bool hs_named;     /* the shm name arrived (and was answered, unless attaching) */
+  /* A segment being attached (segattach.c): reading from the publisher pauses meanwhile. */
+  ezi_attach *attaching;
+  char attach_name[EZI_SHM_NAME_MAX + 1];
   /* graph link (I/O thread) */
   ezi_watch gw;
   ezi_buf gin;

@@ -153,6 +153,11 @@ int ezi_outbox_flush(ezi_outbox *ob) {
   }
 }
 
+void ezi_outbox_set_events(ezi_outbox *ob, uint32_t base_events) {
+  ob->base_events = base_events;
+  ezi_loop_mod(ob->w, base_events | (ezi_buf_pending(&ob->io) ? EPOLLOUT : 0));
+}
+
 void ezi_outbox_close(ez_context *ctx, ezi_outbox *ob) {
   pthread_mutex_lock(&ctx->dirty_mu);
   for (ezi_outbox **p = &ctx->dirty; *p; p = &(*p)->next_dirty) {

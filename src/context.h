@@ -38,6 +38,23 @@ typedef struct ezi_seg {
 
 /* Leases `name` at the graph server and maps it. */
 int ezi_seg_attach(const char *address, const char *name, ezi_seg **out, int timeout_ms);
+/* Maps segment `name` whose lease is the graph-server connection fd; the segment takes fd, and
+ * on failure fd is closed. */
+int ezi_seg_map(int fd, const char *name, ezi_seg **out);
+
+/* segattach.c: ezi_seg_attach without blocking, on the I/O thread. fn(arg, 0, seg) gets the
+ * mapped segment (a reference the callee owns), or fn(arg, rc, NULL) an error: EZ_ENOENT (the
+ * server has no such segment), EZ_ETIMEDOUT after timeout_ms (< 0: no limit), EZ_ENOSERVER,
+ * EZ_ECONNLOST, EZ_EPROTO, or what mapping it returned. fn runs once, on the I/O thread, never
+ * from within ezi_attach_start, and not after ezi_attach_cancel. Start returns 0 (and *out), or an
+ * error and then fn is never called. I/O thread only. */
+typedef struct ezi_attach ezi_attach;
+typedef void (*ezi_attach_fn)(void *arg, int rc, ezi_seg *seg);
+int ezi_attach_start(ez_context *ctx, const char *name, int timeout_ms, ezi_attach_fn fn, void *arg,
+                     ezi_attach **out);
+/* Abandons an attempt still running (NULL: nothing). */
+void ezi_attach_cancel(ezi_attach *a);
+
 /* Asks the graph server for a new segment and maps it. */
 int ezi_seg_create(const char *address, uint64_t num_buffers, uint64_t buf_size, ezi_seg **out,
                    int timeout_ms);
@@ -118,6 +135,9 @@ void ezi_outbox_put_profile(ez_context *ctx, ezi_outbox *ob, json_t *j);
 /* I/O thread: writes what is pending; EZ_ECONNLOST if the socket failed. */
 int ezi_outbox_flush(ezi_outbox *ob);
 /* I/O thread: marks dead and unlinks from the dirty list; frees the buffers. */
+/* Sets the events the outbox's socket is watched for besides EPOLLOUT (which it arms itself while
+ * it has bytes to write): a reader pauses by leaving EPOLLIN out. I/O thread. */
+void ezi_outbox_set_events(ezi_outbox *ob, uint32_t base_events);
 void ezi_outbox_close(ez_context *ctx, ezi_outbox *ob);
 
 /* Registry lookups (ctx->mu held by the caller or I/O thread only). find_chan skips failed

@@ -43,7 +43,7 @@ static int lease(const char *address, uint8_t cmd, uint64_t nbuf, uint64_t size,
   return fd;
 }
 
-static int seg_map(int fd, const char *name, ezi_seg **out) {
+int ezi_seg_map(int fd, const char *name, ezi_seg **out) {
   ezi_seg *s = calloc(1, sizeof *s);
   if (!s) {
     close(fd);
@@ -64,14 +64,14 @@ static int seg_map(int fd, const char *name, ezi_seg **out) {
 int ezi_seg_attach(const char *address, const char *name, ezi_seg **out, int timeout_ms) {
   char got[64];
   int fd = lease(address, EZI_SHM_ATTACH, 0, 0, name, got, timeout_ms);
-  return fd < 0 ? fd : seg_map(fd, got, out);
+  return fd < 0 ? fd : ezi_seg_map(fd, got, out);
 }
 
 int ezi_seg_create(const char *address, uint64_t num_buffers, uint64_t buf_size, ezi_seg **out,
                    int timeout_ms) {
   char got[64];
   int fd = lease(address, EZI_SHM_CREATE, num_buffers, buf_size, NULL, got, timeout_ms);
-  int rc = fd < 0 ? fd : seg_map(fd, got, out);
+  int rc = fd < 0 ? fd : ezi_seg_map(fd, got, out);
   if (!rc) (*out)->creator = true;
   return rc;
 }
