@@ -177,10 +177,13 @@ static void on_chan(ezi_watch *w, uint32_t ev) {
       } else if (avail - pos >= 1 && h[pos] == EZI_X_HELLO) { /* an ezmsg-c channel */
         pc->ring_wanted = p->ctx->ring_ok && !pc->ring_on && pc->shm_ok;
         pos += 1;
-      } else if (avail - pos >= 1 && h[pos] == EZI_X_WIN_ASK) { /* the same, on TCP */
-        /* (A channel on shared memory has the ring, or TX_SHM: no need to wait for a switch.) */
+      } else if (avail - pos >= 1 && (h[pos] == EZI_X_WIN_ASK || h[pos] == EZI_X_WIN_ASK_V1)) {
+        /* The same, on TCP. (A channel on shared memory has the ring, or TX_SHM: no need to
+         * wait for a switch.) */
         bool shm = p->shm_real && pc->shm_ok && !p->opts.force_tcp;
         pc->win_wanted = p->ctx->tcp_window > p->nbuf && !pc->win_on && !shm;
+        pos += 1;
+      } else if (avail - pos >= 1 && h[pos] >= EZI_X_ASK_MIN) { /* an ask we do not know */
         pos += 1;
       } else {
         break;

@@ -6,13 +6,13 @@
  * notice-to-ack round trip through four threads.
  *
  * A channel of ours sends X_WIN_ASK after the handshake (the reference's publisher ignores bytes it
- * does not know). Once that channel holds nothing and gets TX_TCP, the publisher answers X_WIN
- * (first message id, window size, byte budget), and from then on that channel's messages hold no
- * slot: each takes entry msg_id % win_max of the window, until it is acknowledged. The next
- * message waits while its entry is still taken (as a slot would be), or while more than
- * num_buffers are in flight and it would take the window's bytes beyond the budget. The channel
- * becomes a ring of the window's size (tcpring.c) and checks the rules, so a publisher that
- * breaks them loses the link.
+ * does not know, and so does ours: wire.h). Once that channel holds nothing and gets TX_TCP, the
+ * publisher answers X_WIN (first message id, window size, byte budget), and from then on that
+ * channel's messages hold no slot: each takes entry msg_id % win_max of the window, until it is
+ * acknowledged. The next message waits while its entry is still taken (as a slot would be), or
+ * while more than num_buffers are in flight and it would take the window's bytes beyond the budget.
+ * The channel becomes a ring of the window's size (tcpring.c) and checks the rules, so a publisher
+ * that breaks them loses the link.
  *
  * Acks in a window are cumulative: our channel acks in order, and one RX_ACK for id acknowledges
  * every message up to id. The I/O thread only notes it (a mark: up to where, and when); the

@@ -36,17 +36,23 @@ enum ezi_cmd {
   EZI_SHM_ATTACH_FAILED = 20,
   EZI_PROFILE = 21,
   EZI_PROFILE_DATA = 22,
-  /* ezmsg-c's extension between a channel and a publisher that are both ezmsg-c (shmring.h); the
-   * reference ignores unknown bytes from a channel, and a publisher sends X_RING only after
-   * X_HELLO. X_HELLO: the channel's one byte, "I can read a notice ring". X_RING: as TX_SHM, with
-   * the first message id the ring carries and the ring's name. X_WIN_ASK: the channel's one
-   * byte, "I can hold more TX_TCP messages than num_buffers". X_WIN: the publisher's answer, u64
-   * first message id, u64 window (messages), u64 byte budget (pubwin.c); from that message on,
-   * the channel's RX_ACK for an id acknowledges every message up to it. */
+  /* ezmsg-c's extension between a channel and a publisher that are both ezmsg-c (shmring.h). A
+   * channel asks with one byte in [EZI_X_ASK_MIN, 0xff]; the reference ignores unknown bytes
+   * from a channel, and so do we (an ask a publisher does not know gets no answer, and the link
+   * goes on as the protocol has it), so that a later ask can be added beside these. A publisher
+   * sends X_RING / X_WIN only after their ask. X_HELLO: "I can read a notice ring". X_RING: as
+   * TX_SHM, with the first message id the ring carries and the ring's name. X_WIN_ASK: "I can
+   * hold more TX_TCP messages than num_buffers, and ack them cumulatively". X_WIN: the
+   * publisher's answer, u64 first message id, u64 window (messages), u64 byte budget (pubwin.c);
+   * from that message on, the channel's RX_ACK for an id acknowledges every message up to it.
+   * 0xe7 was the window's ask before acks were cumulative; a channel that sends it acks every
+   * message, in order, which cumulative acks cover too, so a publisher still honours it. */
+  EZI_X_ASK_MIN = 0xe0,
   EZI_X_HELLO = 0xe5,
   EZI_X_RING = 0xe6,
-  EZI_X_WIN_ASK = 0xe7,
+  EZI_X_WIN_ASK_V1 = 0xe7,
   EZI_X_WIN = 0xe8,
+  EZI_X_WIN_ASK = 0xe9,
 };
 /* Name of a command byte for log lines ("?" if unknown). */
 const char *ezi_cmd_name(unsigned cmd);
