@@ -43,7 +43,8 @@ static void attached(void *arg, int rc, ezi_seg *seg);
  * 0, or an error (EZ_EPROTO for a bad name). Not even a hang-up is watched for meanwhile: what
  * the publisher sent before it left is still read once the segment is mapped. */
 static int attach(chan *c, const char *name, size_t n) {
-  if (!n || n > EZI_SHM_NAME_MAX) return EZ_EPROTO;
+  /* (A NUL inside would attach a shorter name than the frame's, which then never matches.) */
+  if (!n || n > EZI_SHM_NAME_MAX || memchr(name, 0, n)) return EZ_EPROTO;
   memcpy(c->attach_name, name, n);
   c->attach_name[n] = 0;
   int ms = c->state == CH_CONNECTING ? EZI_HS_ATTACH_MS : EZ_DEFAULT_TIMEOUT_MS;
