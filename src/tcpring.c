@@ -113,8 +113,20 @@ static struct ezi_chunk *chunk_new(chan *c, size_t need, size_t have) {
 }
 
 /* Keeps chunk k for the next reads, up to the window's byte budget in all (a malloc, page faults
- * and a free per 1 MiB message made large messages 0.78x slower), else frees it. */
+ * and a free per 1 MiB message made large messages 0.78x slower), else frees it. Smaller spares
+ * make room for it first: kept standard chunks must not crowd out the large ones a stream of
+ * large messages needs (they did, and every 1 MiB message allocated its chunk again). */
 static void chunk_recycle(chan *c, struct ezi_chunk *k) {
+  for (struct ezi_chunk **p = &c->spare_chunks; *p && c->spare_bytes + k->cap > c->win_bytes;) {
+    struct ezi_chunk *s = *p;
+    if (s->cap >= k->cap) {
+      p = &s->next;
+      continue;
+    }
+    *p = s->next;
+    c->spare_bytes -= s->cap;
+    free(s);
+  }
   if (c->spare_bytes + k->cap > c->win_bytes) {
     free(k);
     return;
@@ -201,7 +213,12 @@ long ezi_tcpring_fill(chan *c, int fd) {
     uint64_t size = ezi_get_u64le(h + 9);
     if (size <= EZI_MAX_TCP_MSG) need = (size_t)size + 17;
   }
-  if (need > b->cap - b->off || b->cap - b->len < MIN_READ) {
+  /* A frame that does not fit moves to a chunk of its own while it is small (off > 0: messages
+   * before it in this chunk); alone in its chunk, it moves to a larger one only once that is
+   * full, so that a large frame is copied a few times as it grows (chunk_new), not at every
+   * read. */
+  bool fits = need <= b->cap - b->off, full = b->cap - b->len < MIN_READ;
+  if (full || (!fits && b->off > 0)) {
     int rc = chunk_next(c, need > pend ? need : pend);
     if (rc) return rc;
   }
