@@ -177,11 +177,23 @@ static void collect(chan *c) {
 }
 
 /* Makes a chunk with room for `need` bytes from its start the current one, the pending bytes
- * (a frame read in part) moved to its start. */
+ * (a frame read in part) moved to its start. For a frame larger than a standard chunk that is the
+ * current chunk itself when no member holds a message in it any more and it is large enough: a
+ * subscriber that keeps up hands each large message's chunk to the next (otherwise the chunk,
+ * recycled only after this call, was missed: one allocation and a copy of up to 256 KiB more per
+ * message, though 1 MiB throughput measured the same). For smaller frames another chunk measured
+ * faster than reusing the current one (4 KiB: 0.88x). */
 static int chunk_next(chan *c, size_t need) {
   ezi_buf *b = &c->pin;
   size_t pend = b->len - b->off;
   collect(c);
+  struct ezi_chunk *cur = c->cur;
+  if (cur && need > EZI_CHUNK_BYTES && c->wscan >= c->wnext && cur->cap >= need + MIN_READ) {
+    memmove(chunk_data(cur), b->data + b->off, pend);
+    c->cur_first = c->wnext;
+    *b = (ezi_buf){.data = chunk_data(cur), .off = 0, .len = pend, .cap = cur->cap};
+    return 0;
+  }
   struct ezi_chunk *k = chunk_new(c, need, pend);
   if (!k) return EZ_ENOMEM;
   if (pend) memcpy(chunk_data(k), b->data + b->off, pend);

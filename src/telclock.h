@@ -26,6 +26,7 @@
 #ifndef EZI_TELCLOCK_H
 #define EZI_TELCLOCK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -82,13 +83,16 @@ static inline uint64_t ezi_tel_now(void) { return ezi_now_ns(); }
 
 /* Sampled stamps, for a publisher's messages. Up to about 125 k messages/s every message is
  * stamped. Faster, one in `every` (a power of two up to EZI_STAMP_MAX_EVERY) is, so that stamps
- * come about every EZI_STAMP_SPAN_NS; the others get EZI_UNSTAMPED, and with them their whole
- * journey (the receivers take no stamp when they release them), so they are counted but not
- * timed. Durations (backpressure, processing) are then averages, maxima and percentiles over the
- * stamped messages; counts and rates stay exact. The choice is made at each stamp from the rate
- * since the previous one; ezi_stamper_reset (after the publisher waited) stamps the next one. */
-#define EZI_STAMP_MAX_EVERY 256u
+ * come every EZI_STAMP_SPAN_NS / 2 to EZI_STAMP_SPAN_NS; the others get EZI_UNSTAMPED, and with
+ * them their whole journey (the receivers take no stamp when they release them), so they are
+ * counted but not timed. Durations (backpressure, processing) are then averages, maxima and
+ * percentiles over the stamped messages; counts and rates stay exact. The choice is made at each
+ * stamp from the rate since the previous one; ezi_stamper_reset (after the publisher waited) stamps
+ * the next one. */
+#define EZI_STAMP_MAX_EVERY 64u
 #define EZI_STAMP_SPAN_NS 16000u
+/* A read's stamp (ezi_stamp_pick) is taken anyway once the last one is this old. */
+#define EZI_STAMP_STALE_NS 1000000u
 
 typedef struct ezi_stamper {
   uint64_t last;  /* the last stamp (0: none yet) */
@@ -125,9 +129,14 @@ static inline uint64_t ezi_stamp(ezi_stamper *st) {
 }
 
 /* The same choice where a stamp `now` was read anyway (one per batch of frames read from a
- * socket): `now` for the messages to time, EZI_UNSTAMPED for the others. */
+ * socket): `now` for the messages to time, EZI_UNSTAMPED for the others. The frames of one read
+ * share `now`: only the first of them may be stamped, since two stamps at the same time would
+ * read as an infinite rate (and, at 200 messages/s, leave the next 63 unstamped and counted in
+ * a bucket 0.3 s old). A stamp more than EZI_STAMP_STALE_NS old is renewed whatever `every` says:
+ * after the rate drops, unstamped messages are not counted in a bucket long gone by. */
 static inline uint64_t ezi_stamp_pick(ezi_stamper *st, uint64_t now) {
-  if (now == EZI_UNSTAMPED || st->left > 1) {
+  bool stale = now > st->last && now - st->last > EZI_STAMP_STALE_NS;
+  if (now == EZI_UNSTAMPED || now == st->last || (st->left > 1 && !stale)) {
     if (st->left > 1) st->left--;
     return EZI_UNSTAMPED;
   }

@@ -4,11 +4,13 @@
  * hand (what it accepts, acks in order once every member released, and that it drops a publisher
  * breaking the rules), and a real publisher process streaming to a subscriber here with and
  * without the window. */
+#include "channel.h"
 #include "harness.h"
 #include "marshal.h"
 #include "rawproto.h"
 #include "wire.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,22 @@
 #include <unistd.h>
 
 #define TMO 30000
+
+/* This binary is linked with -Wl,--wrap=malloc (tests/CMakeLists.txt): allocations larger than
+ * a standard chunk made by other threads than the test's (the I/O thread's chunks) are counted
+ * while g_count_big is set. */
+void *__real_malloc(size_t n);
+void *__wrap_malloc(size_t n);
+static pthread_t g_test_thread;
+static int g_count_big; /* atomic */
+static int g_big;       /* atomic */
+
+void *__wrap_malloc(size_t n) {
+  if (n > EZI_CHUNK_ALLOC && __atomic_load_n(&g_count_big, __ATOMIC_SEQ_CST) &&
+      !pthread_equal(pthread_self(), g_test_thread))
+    __atomic_add_fetch(&g_big, 1, __ATOMIC_SEQ_CST);
+  return __real_malloc(n);
+}
 
 /* A context whose TCP window setting is `window` ($EZMSG_TCP_WINDOW is read when it opens). */
 static ez_context *open_ctx(const char *window) {
@@ -462,6 +480,45 @@ static void test_channel_chunks(void **state) {
   ez_context_close(ctx);
 }
 
+/* Large messages reuse their chunk. First 36 messages of 200 KB are held at once and then
+ * released: the standard chunks they filled become spares, up to the byte budget. Then ten 1 MB
+ * messages come one at a time, each released before the next: the first grows a chunk by
+ * doubling (at most 3 allocations), and the others reuse it. Two regressions: a frame that did
+ * not fit got a new chunk at every read (~20 allocations for one 1 MB message), and the standard
+ * spares crowded the large chunk out, so it was freed on release and every message allocated
+ * again. */
+static void test_channel_large_reuse(void **state) {
+  (void)state;
+  ez_context *ctx;
+  fake f;
+  ez_sub *s = sub_with_fake(&ctx, &f, "/win/large");
+  fake_win(&f, 0, 64, 8 << 20);
+  static ez_msg m[36];
+  for (uint64_t k = 0; k < 36; k++) {
+    fake_send(&f, k, 200000);
+    expect_msg(s, &m[k], k, 200000);
+  }
+  for (uint64_t k = 0; k < 36; k++)
+    ez_msg_release(&m[k]);
+  expect_acked_to(f.data, 35);
+  g_test_thread = pthread_self();
+  __atomic_store_n(&g_big, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&g_count_big, 1, __ATOMIC_SEQ_CST);
+  for (uint64_t k = 36; k < 46; k++) {
+    fake_send(&f, k, 1000000);
+    expect_msg(s, &m[0], k, 1000000);
+    ez_msg_release(&m[0]);
+  }
+  __atomic_store_n(&g_count_big, 0, __ATOMIC_SEQ_CST);
+  int big = __atomic_load_n(&g_big, __ATOMIC_SEQ_CST);
+  print_message("    10 messages of 1 MB: %d chunk allocations\n", big);
+  assert_true(big >= 1 && big <= 3);
+  expect_acked_to(f.data, 45);
+  fake_end(&f);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
 /* Two subscribers of one process share the channel: each gets every message, and a message is
  * acked once both released it. A third joins mid-stream and gets what comes after. */
 static void test_channel_window_members(void **state) {
@@ -781,6 +838,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_channel_window, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_channel_window_members, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_channel_chunks, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_channel_large_reuse, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_channel_too_large, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_channel_held, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_channel_overrun, th_setup, th_teardown),

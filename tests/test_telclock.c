@@ -85,6 +85,33 @@ static void test_stamper(void **state) {
   assert_true(ezi_stamp(&st) != EZI_UNSTAMPED);
 }
 
+/* A read's stamps (ezi_stamp_pick, one clock read for all the frames of a socket read): frames
+ * that share a read do not make the rate look infinite (a regression: at 200 messages/s, a read
+ * of two frames sampled the next 63 out, and a profile counted them in a bucket 0.3 s old), and a
+ * stamp is renewed once the last one is EZI_STAMP_STALE_NS old, whatever the rate was. */
+static void test_stamp_pick(void **state) {
+  (void)state;
+  ezi_stamper st = {0};
+  const uint64_t t0 = 1000000000000ull, gap = 5000000; /* 200 reads/s */
+  for (uint64_t r = 0; r < 50; r++) {
+    uint64_t now = t0 + r * gap;
+    assert_true(ezi_stamp_pick(&st, now) == now); /* the first frame of each read is stamped */
+    for (int k = 0; k < 3; k++)                   /* three more frames in the same read */
+      assert_true(ezi_stamp_pick(&st, now) == EZI_UNSTAMPED);
+  }
+  assert_int_equal(st.every, 1);
+  /* A fast stream: one read per 100 ns. Stamps get sparse ... */
+  uint64_t now = t0 + 50 * gap;
+  int stamped = 0;
+  for (int i = 0; i < 10000; i++, now += 100)
+    stamped += ezi_stamp_pick(&st, now) != EZI_UNSTAMPED;
+  assert_true(stamped <= 10000 / 16 + 10);
+  assert_true(st.every >= 16);
+  /* ... and after a pause longer than EZI_STAMP_STALE_NS, the next read is stamped at once. */
+  now += EZI_STAMP_STALE_NS + 1;
+  assert_true(ezi_stamp_pick(&st, now) == now);
+}
+
 static bool kernel_on_tsc(void) {
   FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "re");
   char buf[32] = {0};
@@ -124,7 +151,7 @@ int main(void) {
 #ifndef EZ_NO_TELEMETRY
       cmocka_unit_test(test_tracks_monotonic), cmocka_unit_test(test_threads),
       cmocka_unit_test(test_after_idle),       cmocka_unit_test(test_tsc_in_use),
-      cmocka_unit_test(test_stamper),
+      cmocka_unit_test(test_stamper),          cmocka_unit_test(test_stamp_pick),
 #else
       cmocka_unit_test(test_compiled_out),
 #endif
