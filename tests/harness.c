@@ -139,6 +139,15 @@ int th_count_shm(void) {
   return n;
 }
 
+long long th_chan_window(ez_context *ctx) {
+  char *json = NULL;
+  assert_int_equal(ez_context_profile(ctx, 1.0, &json), 0);
+  const char *p = strstr(json, "\"tcp_window\":");
+  long long v = p ? strtoll(p + 13, NULL, 10) : -1;
+  free(json);
+  return v;
+}
+
 int th_count_fds(void) {
   DIR *d = opendir("/proc/self/fd");
   if (!d) return -1;

@@ -49,6 +49,8 @@ int th_teardown(void **state);
 
 /* Number of entries in /dev/shm whose names begin with "psm_". */
 int th_count_shm(void);
+/* The TCP window of this process's channel, read from its profile (-1: none). */
+long long th_chan_window(ez_context *ctx);
 /* Number of open fds of this process. */
 int th_count_fds(void);
 

@@ -166,6 +166,14 @@ static void wait_held(int n) {
   assert_int_equal(__atomic_load_n(&px.held, __ATOMIC_SEQ_CST), n);
 }
 
+/* Context A talks to the graph server directly, context B through the proxy. */
+static void open_contexts(ez_context **a, ez_context **b) {
+  char paddr[64];
+  snprintf(paddr, sizeof paddr, "127.0.0.1:%d", px.port);
+  assert_int_equal(ez_context_open(th_addr, a), 0);
+  assert_int_equal(ez_context_open(paddr, b), 0);
+}
+
 /* Publishes one message on p and receives it on s. */
 static void exchange(ez_pub *p, ez_sub *s, uint64_t k) {
   assert_int_equal(ez_publish(p, &k, sizeof k, 10000), 0);
@@ -181,11 +189,8 @@ static void exchange(ez_pub *p, ez_sub *s, uint64_t k) {
  * maps the segment and receives. */
 static void test_slow_attach_stalls_nothing_else(void **state) {
   (void)state;
-  char paddr[64];
-  snprintf(paddr, sizeof paddr, "127.0.0.1:%d", px.port);
   ez_context *a, *b;
-  assert_int_equal(ez_context_open(th_addr, &a), 0);
-  assert_int_equal(ez_context_open(paddr, &b), 0);
+  open_contexts(&a, &b);
   ez_pub *slow_pub, *fast_pub;
   assert_int_equal(ez_pub_create(a, "/attach/slow", NULL, &slow_pub), 0);
   assert_int_equal(ez_pub_create(b, "/attach/fast", NULL, &fast_pub), 0);
@@ -219,11 +224,8 @@ static void test_slow_attach_stalls_nothing_else(void **state) {
  * handshake's time, answers SHM_ATTACH_FAILED, and the publisher sends over TCP. */
 static void test_attach_never_answered(void **state) {
   (void)state;
-  char paddr[64];
-  snprintf(paddr, sizeof paddr, "127.0.0.1:%d", px.port);
   ez_context *a, *b;
-  assert_int_equal(ez_context_open(th_addr, &a), 0);
-  assert_int_equal(ez_context_open(paddr, &b), 0);
+  open_contexts(&a, &b);
   ez_pub *p;
   assert_int_equal(ez_pub_create(a, "/attach/never", NULL, &p), 0);
   ez_sub *s;

@@ -165,16 +165,6 @@ static void test_tcp_next_chunk_fails(void **state) {
  * before: at most 5 times, at most 3 allocations each (a frame grows from 256 KiB by doubling). */
 #define LARGE 1000000
 
-/* The window of this process's channel, from its profile (-1: none). */
-static long long chan_window(ez_context *ctx) {
-  char *json = NULL;
-  assert_int_equal(ez_context_profile(ctx, 1.0, &json), 0);
-  const char *p = strstr(json, "\"tcp_window\":");
-  long long v = p ? strtoll(p + 13, NULL, 10) : -1;
-  free(json);
-  return v;
-}
-
 static void test_large_messages_reuse_chunks(void **state) {
   (void)state;
   ez_context *ctx = NULL;
@@ -198,7 +188,7 @@ static void test_large_messages_reuse_chunks(void **state) {
     ez_msg_release(&m);
     if (k == UINT64_MAX) fail_msg("a damaged message");
     n++;
-    if (warm < 0 && chan_window(ctx) == 4) warm = n + 10;
+    if (warm < 0 && th_chan_window(ctx) == 4) warm = n + 10;
     if (n == warm) __atomic_store_n(&g_big_size, (size_t)EZI_CHUNK_ALLOC, __ATOMIC_SEQ_CST);
     if (warm >= 0 && n > warm) counted++;
   }

@@ -383,16 +383,6 @@ static void expect_msg(ez_sub *s, ez_msg *m, uint64_t id, size_t len) {
       fail_msg("message %llu: byte %zu", (unsigned long long)id, i);
 }
 
-/* The channel's tcp_window in this process's profile (-1: none). */
-static long long chan_window(ez_context *ctx) {
-  char *json = NULL;
-  assert_int_equal(ez_context_profile(ctx, 1.0, &json), 0);
-  const char *p = strstr(json, "\"tcp_window\":");
-  long long v = p ? strtoll(p + 13, NULL, 10) : -1;
-  free(json);
-  return v;
-}
-
 /* Reads RX_ACKs (cumulative in a window) until one for `last`; their ids must rise and none may
  * pass `last`. */
 static void expect_acked_to(int fd, uint64_t last) {
@@ -421,7 +411,7 @@ static void test_channel_window(void **state) {
   ez_msg m[16];
   for (uint64_t id = 0; id < 16; id++)
     expect_msg(s, &m[id], id, 100);
-  assert_int_equal(chan_window(ctx), 16);
+  assert_int_equal(th_chan_window(ctx), 16);
   for (uint64_t id = 16; id-- > 1;)
     ez_msg_release(&m[id]);
   assert_true(rp_quiet_for(f.data, 200)); /* message 0 is still held */
@@ -811,7 +801,7 @@ static void stream_from_child(const char *window, long long want) {
   long long win = -2;
   while (next != n) {
     th_recv_cli64(s, &next, TMO);
-    if (++got == 100) win = chan_window(ctx);
+    if (++got == 100) win = th_chan_window(ctx);
   }
   assert_int_equal(th_wait_exit(pub, TMO), 0);
   assert_int_equal(win, want);
