@@ -3,9 +3,7 @@
  * thread serves every publisher and channel of a process, so a graph server that is slow to
  * answer, or stopped, must stall only the channel that waits for it. */
 #include "context.h"
-#include "graphclient.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
