@@ -287,6 +287,7 @@ int ez_context_open(const char *address, ez_context **out) {
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_mutex_init(&ctx->dirty_mu, NULL);
   rc = ezi_loop_new(&ctx->loop);
+  if (!rc && !(ctx->tick = ezi_tick_new(ctx->loop))) rc = EZ_ENOMEM;
   if (!rc) {
     ctx->spin_ns = spin_us() * 1000u;
     ctx->ring_ok = ring_ok();
@@ -298,6 +299,7 @@ int ez_context_open(const char *address, ez_context **out) {
   }
   if (rc) {
     if (ctx->loop) ezi_loop_free(ctx->loop);
+    ezi_tick_free(ctx->tick);
     ez_server_stop(ctx->server);
     free(ctx);
     return rc;
@@ -329,6 +331,7 @@ void ez_context_close(ez_context *ctx) {
   ezi_loop_stop(ctx->loop);
   pthread_join(ctx->thread, NULL);
   ezi_loop_free(ctx->loop);
+  ezi_tick_free(ctx->tick); /* after the loop: a timer of the loop points to it */
   ez_server_stop(ctx->server);
   free(ctx->pubs);
   free(ctx->subs);

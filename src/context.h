@@ -111,6 +111,7 @@ struct ez_context {
   uint32_t tcp_window; /* messages in flight on a TCP link between ezmsg-c peers (0: off) */
   int resignal_posted; /* atomic: the I/O thread is asked to signal ring channels' waiters */
   int acks_posted;     /* atomic: the I/O thread is asked to acknowledge TCP rings (tcpring.c) */
+  ezi_tick *tick;      /* expires its publishers' sampled stamps (telclock.h) */
   char host[64];       /* this process's address as seen for profiles */
   int pid;
 };

@@ -147,6 +147,7 @@ int ez_pub_create(ez_context *ctx, const char *topic, const ez_pub_opts *opts, e
   ez_pub *p = calloc(1, sizeof *p);
   if (!p) return EZ_ENOMEM;
   p->ctx = ctx;
+  p->stamps.tick = ctx->tick;
   p->opts = o;
   p->opts.host = NULL; /* not kept: the caller owns the string */
   p->nbuf = o.num_buffers;

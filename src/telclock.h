@@ -81,30 +81,62 @@ static inline uint64_t ezi_tel_now(void) { return ezi_now_ns(); }
 
 #endif
 
-/* Sampled stamps, for a publisher's messages. Up to about 125 k messages/s every message is
+/* Sampled stamps, for a publisher's messages. Up to about 16 k messages/s every message is
  * stamped. Faster, one in `every` (a power of two up to EZI_STAMP_MAX_EVERY) is, so that stamps
  * come every EZI_STAMP_SPAN_NS / 2 to EZI_STAMP_SPAN_NS; the others get EZI_UNSTAMPED, and with
  * them their whole journey (the receivers take no stamp when they release them), so they are
  * counted but not timed. Durations (backpressure, processing) are then averages, maxima and
- * percentiles over the stamped messages; counts and rates stay exact. The choice is made at each
- * stamp from the rate since the previous one; ezi_stamper_reset (after the publisher waited) stamps
- * the next one. */
-#define EZI_STAMP_MAX_EVERY 64u
-#define EZI_STAMP_SPAN_NS 16000u
+ * percentiles over the stamped messages (still some 8 k a second); counts and rates stay exact.
+ * The choice is made at each stamp from the rate since the previous one; ezi_stamper_reset (after
+ * the publisher waited) stamps the next one.
+ *
+ * An unstamped message is counted in the window bucket of the last stamp before it. So that this
+ * stays true to within a fraction of a bucket when the rate drops (a publisher that slows from
+ * millions a second to a few hertz without ever waiting would otherwise leave up to `every` - 1
+ * messages, seconds of them, in an old bucket), a stamp also expires with its context's tick
+ * (ezi_tick, below): the first message after a tick is stamped whatever `every` says. */
+#define EZI_STAMP_MAX_EVERY 512u
+#define EZI_STAMP_SPAN_NS 128000u
 /* A read's stamp (ezi_stamp_pick) is taken anyway once the last one is this old. */
 #define EZI_STAMP_STALE_NS 1000000u
 
+/* A coarse clock for stamp expiry: `n` advances every EZI_TICK_NS, but only while stampers use
+ * it (a sampled stamp was taken since the last advance), so an idle process does not wake for
+ * it. One per context, driven by a timer of its I/O loop (stamptick.c); allocated on a cache line
+ * of its own, which is written at most twice per period. */
+#define EZI_TICK_NS 50000000ull
+struct ezi_loop;
+typedef struct ezi_tick {
+  uint32_t n;     /* atomic: the tick count */
+  uint32_t used;  /* atomic: a sampled stamp was taken since the last advance */
+  uint32_t armed; /* atomic: the timer runs, or its start is posted */
+  struct ezi_loop *loop;
+} ezi_tick;
+
+/* A tick driven by loop's timers (the caller frees it with ezi_tick_free after the loop stopped),
+ * or NULL when out of memory. */
+ezi_tick *ezi_tick_new(struct ezi_loop *loop);
+void ezi_tick_free(ezi_tick *k);
+/* A sampled stamp was taken after reading k->n: makes sure that n advances within 2 *
+ * EZI_TICK_NS (starting the timer if it is stopped). Any thread; a system call at most once per
+ * stop of the timer. */
+void ezi_tick_note(ezi_tick *k);
+
 typedef struct ezi_stamper {
-  uint64_t last;  /* the last stamp (0: none yet) */
-  uint32_t every; /* one in `every` is stamped */
-  uint32_t left;  /* calls until the next stamp (<= 1: this one) */
+  uint64_t last;    /* the last stamp (0: none yet) */
+  uint32_t every;   /* one in `every` is stamped */
+  uint32_t left;    /* calls until the next stamp (<= 1: this one) */
+  ezi_tick *tick;   /* the tick its stamps expire with (NULL: none; set by the owner) */
+  uint32_t tick_at; /* tick->n when the last stamp was taken */
 } ezi_stamper;
 
 /* A stamp was taken at `now`: how many calls until the next one, from the rate since the last. */
 static inline void ezi_stamper_took(ezi_stamper *st, uint64_t now) {
   uint32_t every = 1;
   if (st->last && now >= st->last) {
-    uint64_t per = (now - st->last) / (st->every ? st->every : 1); /* ns per message */
+    /* ns per message, over the calls since the last stamp (fewer than `every` if it expired) */
+    uint32_t calls = st->every >= st->left ? st->every - st->left + 1 : 1;
+    uint64_t per = (now - st->last) / calls;
     while (every < EZI_STAMP_MAX_EVERY && per * every * 2 <= EZI_STAMP_SPAN_NS)
       every *= 2;
   }
@@ -118,12 +150,17 @@ static inline uint64_t ezi_stamp(ezi_stamper *st) {
   (void)st;
   return EZI_UNSTAMPED;
 #else
-  if (st->left > 1) {
+  if (st->left > 1 &&
+      (!st->tick || __atomic_load_n(&st->tick->n, __ATOMIC_RELAXED) == st->tick_at)) {
     st->left--;
     return EZI_UNSTAMPED;
   }
   uint64_t now = ezi_tel_now();
   ezi_stamper_took(st, now);
+  if (st->tick) { /* read n before noting: a tick after this read expires this stamp */
+    st->tick_at = __atomic_load_n(&st->tick->n, __ATOMIC_SEQ_CST);
+    if (st->every > 1) ezi_tick_note(st->tick);
+  }
   return now;
 #endif
 }
@@ -131,9 +168,10 @@ static inline uint64_t ezi_stamp(ezi_stamper *st) {
 /* The same choice where a stamp `now` was read anyway (one per batch of frames read from a
  * socket): `now` for the messages to time, EZI_UNSTAMPED for the others. The frames of one read
  * share `now`: only the first of them may be stamped, since two stamps at the same time would
- * read as an infinite rate (and, at 200 messages/s, leave the next 63 unstamped and counted in
- * a bucket 0.3 s old). A stamp more than EZI_STAMP_STALE_NS old is renewed whatever `every` says:
- * after the rate drops, unstamped messages are not counted in a bucket long gone by. */
+ * read as an infinite rate (and, at 200 messages/s, leave the next `every` - 1 unstamped and
+ * counted in a bucket seconds old). A stamp more than EZI_STAMP_STALE_NS old is renewed whatever
+ * `every` says: after the rate drops, unstamped messages are not counted in a bucket long gone by.
+ */
 static inline uint64_t ezi_stamp_pick(ezi_stamper *st, uint64_t now) {
   bool stale = now > st->last && now - st->last > EZI_STAMP_STALE_NS;
   if (now == EZI_UNSTAMPED || now == st->last || (st->left > 1 && !stale)) {

@@ -4,6 +4,8 @@
  * and its conventions are in profiling.h. */
 #include "profiling.h"
 #include "rawproto.h"
+#include "context.h"
+#include "publisher.h"
 #include "telclock.h"
 
 #include <arpa/inet.h>
@@ -263,7 +265,7 @@ static void *drain_thread(void *arg) {
   return NULL;
 }
 
-/* Above ~125 k messages/s stamps are sampled (telclock.h): every message is still counted
+/* Above ~16 k messages/s stamps are sampled (telclock.h): every message is still counted
  * (messages, backpressure and processing samples exactly n), the durations come from the
  * stamped ones: at least one in EZI_STAMP_MAX_EVERY, and fewer than all. */
 static void test_high_rate_sampling(void **state) {
@@ -309,6 +311,57 @@ static void test_high_rate_sampling(void **state) {
   ez_profile_data_free(&d);
   free(json);
   ez_sub_destroy(sub);
+  ez_pub_destroy(pub);
+  ez_context_close(ctx);
+}
+
+/* A publisher that slows down from a fast burst without ever waiting for a slot still stamps
+ * its next message within a tick of its context (telclock.h): a profile counts that message in
+ * its own time, not in the bucket of the burst's last stamp, seconds before. (Before the tick,
+ * up to EZI_STAMP_MAX_EVERY - 1 messages after a burst went into that old bucket: a 1 s window
+ * saw none of them.) And the tick's timer stops once nobody samples: an idle process does not
+ * wake for it. */
+static void test_rate_drop(void **state) {
+  fixture *f = *state;
+  NEEDS_TELEMETRY();
+  ez_context *ctx;
+  ez_pub *pub;
+  assert_int_equal(ez_context_open(f->addr, &ctx), 0);
+  assert_int_equal(ez_pub_create(ctx, "/prof/drop", NULL, &pub), 0);
+  static uint8_t buf[64];
+  /* Fast until the stamper samples, and the next message would be left unstamped. (No other
+   * thread uses pub->stamps: only publishing changes it, and this thread publishes.) */
+  uint64_t sent = 0;
+  do {
+    assert_int_equal(ez_publish(pub, buf, sizeof buf, TMO), 0);
+    sent++;
+  } while (!(pub->stamps.every >= 16 && pub->stamps.left > 1) && sent < 100000000);
+  assert_true(pub->stamps.left > 1);
+  assert_true(__atomic_load_n(&ctx->tick->armed, __ATOMIC_SEQ_CST) == 1);
+  /* Idle for longer than the 1 s window below plus two ticks (the tick advances once after the
+   * burst, then its timer stops). */
+  th_sleep_ms(1500);
+  assert_true(__atomic_load_n(&ctx->tick->armed, __ATOMIC_SEQ_CST) == 0);
+  uint32_t n = __atomic_load_n(&ctx->tick->n, __ATOMIC_SEQ_CST);
+  assert_true(n >= 1);
+  th_sleep_ms(2 * (int)(EZI_TICK_NS / 1000000));
+  assert_int_equal(__atomic_load_n(&ctx->tick->n, __ATOMIC_SEQ_CST), n); /* stopped */
+  assert_int_equal(ez_publish(pub, buf, sizeof buf, TMO), 0);
+  sent++;
+
+  char *json = NULL;
+  assert_int_equal(ez_context_profile(ctx, 1.0, &json), 0);
+  ez_profile_data d;
+  assert_int_equal(ez_profile_parse(json, &d), 0);
+  const ez_profile_pub *p = find_pub(&d, ez_pub_id(pub));
+  assert_non_null(p);
+  print_message("    %llu messages, %llu in the last second\n", (unsigned long long)sent,
+                (unsigned long long)p->messages_window);
+  assert_int_equal(p->messages_total, sent);
+  assert_int_equal(p->messages_window, 1);
+  assert_int_equal(p->bytes_window, sizeof buf);
+  ez_profile_data_free(&d);
+  free(json);
   ez_pub_destroy(pub);
   ez_context_close(ctx);
 }
@@ -547,6 +600,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_rate_processing_tcp, setup, teardown),
       cmocka_unit_test_setup_teardown(test_local_and_context_profile, setup, teardown),
       cmocka_unit_test_setup_teardown(test_high_rate_sampling, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rate_drop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_window_edges, setup, teardown),
       cmocka_unit_test_setup_teardown(test_parse_real_document, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_table, setup, teardown),

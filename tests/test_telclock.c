@@ -63,13 +63,13 @@ static void test_after_idle(void **state) {
   track(5);
 }
 
-/* Sampled stamps: slow callers get every one stamped; a tight loop (far above 125 k calls/s)
- * gets one in 4..256 (the rate estimate can be disturbed by preemption, never raised above 256);
- * a reset stamps the next call. */
+/* Sampled stamps: slow callers get every one stamped; a tight loop (far above 16 k calls/s) gets
+ * one in 4..EZI_STAMP_MAX_EVERY (the rate estimate can be disturbed by preemption, never raised
+ * above the cap); a reset stamps the next call. */
 static void test_stamper(void **state) {
   (void)state;
   ezi_stamper st = {0};
-  struct timespec gap = {0, 20000}; /* 20 us between calls: 50 k/s */
+  struct timespec gap = {0, 200000}; /* 200 us between calls: 5 k/s */
   for (int i = 0; i < 100; i++) {
     assert_true(ezi_stamp(&st) != EZI_UNSTAMPED);
     nanosleep(&gap, NULL);
@@ -83,6 +83,31 @@ static void test_stamper(void **state) {
   assert_true(stamped <= n / 4);
   ezi_stamper_reset(&st);
   assert_true(ezi_stamp(&st) != EZI_UNSTAMPED);
+}
+
+/* A stamp expires with its tick: while the tick stands still a sampling stamper leaves calls
+ * unstamped; the first call after the tick advanced is stamped, and a sampled stamp marks the
+ * tick used. (The tick is armed by hand: no loop runs its timer here.) */
+static void test_stamper_tick(void **state) {
+  (void)state;
+  ezi_tick k = {.armed = 1};
+  ezi_stamper st = {.tick = &k};
+  int calls = 0;
+  while (!(st.every >= 4 && st.left > 1) && calls < 100000000) { /* until it samples */
+    (void)ezi_stamp(&st);
+    calls++;
+  }
+  assert_true(st.left > 1);
+  assert_int_equal(k.used, 1);
+  k.used = 0;
+  assert_int_equal(ezi_stamp(&st), EZI_UNSTAMPED);
+  __atomic_add_fetch(&k.n, 1, __ATOMIC_SEQ_CST); /* a tick */
+  assert_true(ezi_stamp(&st) != EZI_UNSTAMPED);
+  assert_int_equal(st.tick_at, k.n);
+  /* Two calls in a tight loop: the rate is still high, so it samples again at once. */
+  assert_true(st.every > 1);
+  assert_int_equal(k.used, 1);
+  assert_int_equal(ezi_stamp(&st), EZI_UNSTAMPED);
 }
 
 /* A read's stamps (ezi_stamp_pick, one clock read for all the frames of a socket read): frames
@@ -152,6 +177,7 @@ int main(void) {
       cmocka_unit_test(test_tracks_monotonic), cmocka_unit_test(test_threads),
       cmocka_unit_test(test_after_idle),       cmocka_unit_test(test_tsc_in_use),
       cmocka_unit_test(test_stamper),          cmocka_unit_test(test_stamp_pick),
+      cmocka_unit_test(test_stamper_tick),
 #else
       cmocka_unit_test(test_compiled_out),
 #endif
