@@ -4,7 +4,8 @@
  *
  * Context B reaches the graph server through a proxy (a thread of this test) that forwards every
  * connection, except that it holds back the request of one that begins with SHM_ATTACH until the
- * test releases it. Context A talks to the server directly. */
+ * test releases it, or answers it itself with bytes the test chose. Context A talks to the server
+ * directly. */
 #include "harness.h"
 
 #include <netinet/in.h>
@@ -21,7 +22,8 @@
 
 typedef struct {
   int client, server;
-  int first; /* the client's first byte, -1 before it came */
+  int first;     /* the client's first byte, -1 before it came */
+  bool answered; /* a held SHM_ATTACH got px.answer */
 } conn;
 
 static struct {
@@ -33,7 +35,22 @@ static struct {
   int held;     /* atomic: SHM_ATTACH requests being held back now */
   int released; /* atomic: forward them */
   int gave_up;  /* atomic: clients that closed a held request */
+  /* If set (before the connection comes), a held SHM_ATTACH request gets these bytes as its
+   * answer instead of the server's, and is held on after that. */
+  const uint8_t *answer;
+  size_t answer_len;
 } px;
+
+static int refused_logged; /* atomic: "segment ... not attached (...)" lines but for timeouts */
+
+/* The log hook: counts the channel's notes of an attach that failed on the answer it got
+ * (EZ_EPROTO, or EZ_EMSGSIZE for a string longer than the reader takes), not on a timeout. */
+static void on_log(void *user, int level, const char *msg) {
+  (void)user;
+  if (strstr(msg, "not attached (") && !strstr(msg, ez_strerror(EZ_ETIMEDOUT)))
+    __atomic_add_fetch(&refused_logged, 1, __ATOMIC_SEQ_CST);
+  if (level >= EZ_LOG_WARN) fprintf(stderr, "%s\n", msg);
+}
 
 static int connect_server(void) {
   const char *colon = strrchr(th_addr, ':');
@@ -93,6 +110,11 @@ static void *proxy(void *arg) {
       conn *c = &px.c[i];
       short rc = p[2 + 2 * i].revents, rs = p[3 + 2 * i].revents;
       if (held(c)) {
+        if (px.answer && !c->answered) {
+          c->answered = true;
+          if (write(c->client, px.answer, px.answer_len) != (ssize_t)px.answer_len) drop_conn(i);
+          continue;
+        }
         if (rc & (POLLRDHUP | POLLHUP | POLLERR))
           drop_conn(i);
         else if (rs && !pump(c->server, c->client))
@@ -114,7 +136,7 @@ static void *proxy(void *arg) {
       int cfd = accept4(px.lfd, NULL, NULL, SOCK_CLOEXEC);
       int sfd = cfd >= 0 ? connect_server() : -1;
       if (sfd >= 0)
-        px.c[px.n++] = (conn){cfd, sfd, -1};
+        px.c[px.n++] = (conn){cfd, sfd, -1, false};
       else if (cfd >= 0)
         close(cfd);
     }
@@ -241,9 +263,72 @@ static void test_attach_never_answered(void **state) {
   ez_context_close(a);
 }
 
+static size_t put_u64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+  return 8;
+}
+
+/* A str of the protocol: a u64 length, then the bytes. */
+static size_t put_str(uint8_t *p, const char *s, size_t n) {
+  size_t k = put_u64(p, n);
+  memcpy(p + k, s, n);
+  return k + n;
+}
+
+/* Answers to SHM_ATTACH that are not a segment's name: the channel gives up on shared memory at
+ * once (a protocol error, not the 2 s timeout: the proxy keeps each connection open), answers
+ * SHM_ATTACH_FAILED, and the publisher sends over TCP. */
+static void test_attach_bad_answers(void **state) {
+  (void)state;
+  static uint8_t bad[5][600];
+  size_t len[5], k;
+  char big[400];
+  memset(big, 'x', sizeof big);
+  /* 0: another command than COMPLETE after the version */
+  k = put_str(bad[0], "1.0", 3);
+  bad[0][k++] = 0x7f;
+  len[0] = k;
+  /* 1: an empty name */
+  k = put_str(bad[1], "1.0", 3);
+  bad[1][k++] = 2; /* COMPLETE */
+  len[1] = k + put_u64(bad[1] + k, 0);
+  /* 2: a name longer than any segment's */
+  k = put_str(bad[2], "1.0", 3);
+  bad[2][k++] = 2;
+  len[2] = k + put_str(bad[2] + k, big, sizeof big);
+  /* 3: a version string longer than any server's */
+  len[3] = put_str(bad[3], big, sizeof big);
+  /* 4: a length prefix of 2^63 */
+  len[4] = put_u64(bad[4], 1ull << 63);
+
+  ez_context *a, *b;
+  open_contexts(&a, &b);
+  for (int i = 0; i < 5; i++) {
+    px.answer = bad[i];
+    px.answer_len = len[i];
+    char topic[32];
+    snprintf(topic, sizeof topic, "/attach/bad%d", i);
+    int before = __atomic_load_n(&refused_logged, __ATOMIC_SEQ_CST);
+    ez_pub *p;
+    assert_int_equal(ez_pub_create(a, topic, NULL, &p), 0);
+    ez_sub *s;
+    assert_int_equal(ez_sub_create(b, topic, NULL, &s), 0);
+    for (uint64_t m = 0; m < 20; m++)
+      exchange(p, s, m);
+    assert_int_equal(__atomic_load_n(&refused_logged, __ATOMIC_SEQ_CST), before + 1);
+    ez_sub_destroy(s);
+    ez_pub_destroy(p);
+  }
+  ez_context_close(b);
+  ez_context_close(a);
+}
+
 int main(void) {
+  ez_set_log_hook(on_log, NULL, EZ_LOG_DEBUG); /* before any library thread runs */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_slow_attach_stalls_nothing_else, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_attach_never_answered, setup, teardown)};
+      cmocka_unit_test_setup_teardown(test_attach_never_answered, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_attach_bad_answers, setup, teardown)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
