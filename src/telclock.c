@@ -1,5 +1,6 @@
 /* The telemetry clock's slow path: whether the time-stamp counter may be used, its calibration
- * against CLOCK_MONOTONIC and the periodic re-anchoring. See telclock.h. */
+ * against CLOCK_MONOTONIC and the periodic re-anchoring; and a sampled stamper's slow path. See
+ * telclock.h. */
 #include "telclock.h"
 
 #if defined(__x86_64__) && !defined(EZ_NO_TELEMETRY)
@@ -87,10 +88,23 @@ uint64_t ezi_tel_now_slow(void) {
   return ok ? ns : ezi_now_ns();
 }
 
+#endif
+
+#if !defined(EZ_NO_TELEMETRY)
+
+uint64_t ezi_stamp_take(ezi_stamper *st) {
+  uint64_t now = ezi_tel_now();
+  ezi_stamper_took(st, now);
+  if (st->tick) { /* read n before noting: a tick after this read expires this stamp */
+    st->tick_at = __atomic_load_n(&st->tick->n, __ATOMIC_SEQ_CST);
+    if (st->every > 1) ezi_tick_note(st->tick);
+  }
+  return now;
+}
+
 #else
 
-/* Nothing to do: ezi_tel_now is clock_gettime, or no clock at all (telclock.h). An ISO C
- * translation unit must not be empty. */
+/* Nothing to do: no clock at all (telclock.h). An ISO C translation unit must not be empty. */
 typedef int ezi_telclock_unused;
 
 #endif

@@ -144,7 +144,11 @@ static inline void ezi_stamper_took(ezi_stamper *st, uint64_t now) {
   st->every = st->left = every;
 }
 
-/* The next message's stamp: the clock, or EZI_UNSTAMPED. */
+/* ezi_stamp's slow path (telclock.c): reads the clock and chooses the next stamp. */
+uint64_t ezi_stamp_take(ezi_stamper *st);
+
+/* The next message's stamp: the clock, or EZI_UNSTAMPED. Inline is only the common case, a
+ * countdown and the tick's check: it runs for every message published. */
 static inline uint64_t ezi_stamp(ezi_stamper *st) {
 #ifdef EZ_NO_TELEMETRY
   (void)st;
@@ -155,13 +159,7 @@ static inline uint64_t ezi_stamp(ezi_stamper *st) {
     st->left--;
     return EZI_UNSTAMPED;
   }
-  uint64_t now = ezi_tel_now();
-  ezi_stamper_took(st, now);
-  if (st->tick) { /* read n before noting: a tick after this read expires this stamp */
-    st->tick_at = __atomic_load_n(&st->tick->n, __ATOMIC_SEQ_CST);
-    if (st->every > 1) ezi_tick_note(st->tick);
-  }
-  return now;
+  return ezi_stamp_take(st);
 #endif
 }
 
