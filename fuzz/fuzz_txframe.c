@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *p, size_t len) {
   CHECK(st == 1 || st == 0 || st == EZ_EPROTO || st == EZ_EMSGSIZE);
   size_t limit = ezi_tx_limit(p, len);
   if (st == 1) {
-    CHECK(f.used >= 9 && f.used <= len);
+    CHECK(f.used >= (f.cmd == EZI_X_TCP ? 5u : 9u) && f.used <= len);
     CHECK(inside(p, f.used, f.name, f.name_len) && inside(p, f.used, f.body, (size_t)f.size));
     CHECK(f.used <= limit);
     size_t step = f.used > 4096 ? f.used / 512 : 1;

@@ -100,6 +100,7 @@ static long data_frame(chan *c, uint64_t now) {
     int rc = ezi_tcpring_frame(c, &f, now);
     return rc ? rc : (long)f.used;
   }
+  if (cmd == EZI_X_TCP) return EZ_EPROTO; /* only in a window */
   ezi_unmarshalled um;
   uint8_t *owned = NULL;
   size_t owned_cap = 0;
@@ -179,9 +180,9 @@ static long handshake(chan *c) {
     uint8_t hello = EZI_X_HELLO;
     ezi_outbox_put(c->ctx, &c->acks, &hello, 1);
   }
-  if (c->ctx->tcp_window) {
-    uint8_t ask = EZI_X_WIN_ASK;
-    ezi_outbox_put(c->ctx, &c->acks, &ask, 1);
+  if (c->ctx->tcp_window) { /* and, in that window, for the compact X_TCP frames */
+    uint8_t ask[2] = {EZI_X_WIN_ASK, EZI_X_TCP_ASK};
+    ezi_outbox_put(c->ctx, &c->acks, ask, 2);
   }
   return used;
 }

@@ -35,8 +35,9 @@ struct pub_chan {
    */
   bool win_wanted; /* X_WIN_ASK came: switch once it holds nothing, if it is on TCP */
   bool win_on;
-  uint32_t win_max;             /* the window's size */
-  uint32_t n_marks;             /* acks not applied to the entries yet */
+  bool x_tcp;       /* X_TCP_ASK came: its window's messages go as X_TCP frames (wire.h) */
+  uint32_t win_max; /* the window's size */
+  uint32_t n_marks; /* acks not applied to the entries yet */
   uint64_t win_first, win_next; /* the oldest unacknowledged message; the next to send */
   uint64_t win_bytes;           /* the unacknowledged messages' bytes (frames' bodies) */
   uint64_t *win_t0;             /* per entry: when it was sent */

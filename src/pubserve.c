@@ -183,6 +183,9 @@ static void on_chan(ezi_watch *w, uint32_t ev) {
         bool shm = p->shm_real && pc->shm_ok && !p->opts.force_tcp;
         pc->win_wanted = p->ctx->tcp_window > p->nbuf && !pc->win_on && !shm;
         pos += 1;
+      } else if (avail - pos >= 1 && h[pos] == EZI_X_TCP_ASK) { /* X_TCP frames in a window */
+        pc->x_tcp = true;
+        pos += 1;
       } else if (avail - pos >= 1 && h[pos] >= EZI_X_ASK_MIN) { /* an ask we do not know */
         pos += 1;
       } else {

@@ -221,10 +221,8 @@ long ezi_tcpring_fill(chan *c, int fd) {
   ezi_buf *b = &c->pin;
   const uint8_t *h = b->data + b->off;
   size_t pend = b->len - b->off, need = EZI_TX_HDR_ROOM;
-  if (pend >= 17 && h[0] == EZI_TX_TCP) { /* the frame read in part: its size (checked) */
-    uint64_t size = ezi_get_u64le(h + 9);
-    if (size <= EZI_MAX_TCP_MSG) need = (size_t)size + 17;
-  }
+  size_t whole = ezi_tx_frame_len(h, pend); /* the frame read in part: its size (checked) */
+  if (whole) need = whole;
   /* A frame that does not fit moves to a chunk of its own while it is small (off > 0: messages
    * before it in this chunk); alone in its chunk, it moves to a larger one only once that is
    * full, so that a large frame is copied a few times as it grows (chunk_new), not at every
@@ -247,14 +245,21 @@ void ezi_tcpring_link_closed(chan *c) {
 }
 
 int ezi_tcpring_frame(chan *c, const ezi_tx_frame *f, uint64_t now) {
-  uint64_t id = f->msg_id, size = f->size;
-  if (f->cmd != EZI_TX_TCP || id != c->wnext) return EZ_EPROTO; /* not the next message */
+  /* An X_TCP frame is the next message, its payload alone: it counts as the TX_TCP frame it
+   * stands for (the marshalled size), as the publisher's window counts it. */
+  bool x = f->cmd == EZI_X_TCP;
+  uint64_t id = x ? c->wnext : f->msg_id, size = x ? f->size + EZI_MARSHAL_BYTES_HDR : f->size;
+  if ((!x && f->cmd != EZI_TX_TCP) || id != c->wnext) return EZ_EPROTO; /* not the next message */
   if (id - c->wack >= c->lsn) return EZ_EPROTO; /* its entry is not acknowledged yet */
   if (id - c->wack >= c->nbuf && c->live_bytes + size > c->win_bytes) return EZ_EPROTO;
   ezi_unmarshalled um; /* in the chunk, where it stays */
-  if (ezi_unmarshal(f->body, (size_t)size, &um) || um.size != size || um.msg_id != id ||
-      um.raw_pickle) /* an ezmsg-c publisher sends bytes */
+  if (x) {
+    um.payload = f->body;
+    um.payload_len = (size_t)f->size;
+  } else if (ezi_unmarshal(f->body, (size_t)size, &um) || um.size != size || um.msg_id != id ||
+             um.raw_pickle) { /* an ezmsg-c publisher sends bytes */
     return EZ_EPROTO;
+  }
   c->wlen[id % c->lsn] = size;
   c->live_bytes += size;
   uint64_t t0 = ezi_stamp_pick(&c->stamps, now); /* at high rates, only some are timed */

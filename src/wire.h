@@ -46,13 +46,20 @@ enum ezi_cmd {
    * publisher's answer, u64 first message id, u64 window (messages), u64 byte budget (pubwin.c);
    * from that message on, the channel's RX_ACK for an id acknowledges every message up to it.
    * 0xe7 was the window's ask before acks were cumulative; a channel that sends it acks every
-   * message, in order, which cumulative acks cover too, so a publisher still honours it. */
+   * message, in order, which cumulative acks cover too, so a publisher still honours it.
+   * X_TCP_ASK (sent after X_WIN_ASK): "in the window, send me X_TCP frames". X_TCP: a window's
+   * message in 5 bytes of framing instead of TX_TCP's 17 and the marshalled message's 58: cmd,
+   * u32 size, then `size` payload bytes; it is the channel's next message id (windows are in
+   * order) and a bytes payload (an ezmsg-c publisher sends nothing else). A publisher sends it
+   * only on a window (after X_WIN) to a channel that asked, for payloads below 4 GiB. */
   EZI_X_ASK_MIN = 0xe0,
   EZI_X_HELLO = 0xe5,
   EZI_X_RING = 0xe6,
   EZI_X_WIN_ASK_V1 = 0xe7,
   EZI_X_WIN = 0xe8,
   EZI_X_WIN_ASK = 0xe9,
+  EZI_X_TCP_ASK = 0xea,
+  EZI_X_TCP = 0xeb,
 };
 /* Name of a command byte for log lines ("?" if unknown). */
 const char *ezi_cmd_name(unsigned cmd);

@@ -91,10 +91,12 @@ static void fake_pub_handshake(fake_pub *fp, uint64_t nbuf, char chan_id[64]) {
   uint8_t done[9] = {COMPLETE};
   ezi_put_u64le(done + 1, nbuf);
   rp_wr(fp->data, done, 9);
-  /* An ezmsg-c channel offers to hold a larger TCP window (src/pubwin.c); we play a publisher
-   * that keeps the protocol's. */
+  /* An ezmsg-c channel offers to hold a larger TCP window (src/pubwin.c), with compact frames;
+   * we play a publisher that keeps the protocol's. */
   assert_int_equal(rp_rd_exact(fp->data, &cmd, 1, TMO), 0);
   assert_int_equal(cmd, EZI_X_WIN_ASK);
+  assert_int_equal(rp_rd_exact(fp->data, &cmd, 1, TMO), 0);
+  assert_int_equal(cmd, EZI_X_TCP_ASK);
 }
 
 /* Registers a publisher on topic at the server and completes the channel handshake with the one

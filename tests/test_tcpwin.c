@@ -79,6 +79,18 @@ static void expect_tcp(int fd, uint64_t id, size_t len) {
   free(body);
 }
 
+/* Reads an X_TCP frame (a window's message as its payload alone) and checks it carries the
+ * `len` bytes at msg. */
+static void expect_x_tcp(int fd, const void *msg, size_t len) {
+  rp_expect_u8(fd, EZI_X_TCP);
+  uint8_t h[4], body[256];
+  assert_int_equal(rp_rd_exact(fd, h, 4, RP_TMO), 0);
+  assert_int_equal((size_t)h[0] | (size_t)h[1] << 8 | (size_t)h[2] << 16 | (size_t)h[3] << 24, len);
+  assert_true(len <= sizeof body);
+  assert_int_equal(rp_rd_exact(fd, body, len, RP_TMO), 0);
+  assert_memory_equal(body, msg, len);
+}
+
 static void ack(int fd, uint64_t id) {
   uint8_t b[9] = {EZI_RX_ACK};
   rp_put_u64le(b + 1, id);
@@ -260,12 +272,58 @@ static void test_publisher_unknown_asks(void **state) {
   assert_int_equal(pub_in_flight(ctx), 8);
   for (uint64_t id = s; id < s + 8; id++) {
     ack(fd, id);
-    rp_wr_u8(fd, (uint8_t)(0xea + id % 16)); /* 0xea..0xf9: none of them ours */
+    rp_wr_u8(fd, (uint8_t)(0xec + id % 16)); /* 0xec..0xfb: none of them ours */
   }
   assert_int_equal(ez_pub_flush(p, TMO), 0);
   assert_int_equal(pub_in_flight(ctx), 0);
   assert_int_equal(ez_publish(p, msg, sizeof msg, TMO), 0); /* the link is still up */
   expect_tcp(fd, s + 8, sizeof msg);
+  close(fd);
+  ez_pub_destroy(p);
+  ez_context_close(ctx);
+}
+
+/* A channel that asked for X_TCP gets its window's messages as X_TCP frames (wire.h: the payload
+ * and its size, 5 bytes of framing); before the window, TX_TCP frames as the protocol has it. */
+static void test_publisher_x_tcp(void **state) {
+  (void)state;
+  ez_context *ctx = open_ctx("16");
+  uint16_t port;
+  ez_pub *p = make_pub(ctx, "/win/xtcp", 4, 256, &port);
+  int fd = fake_chan(port, 4);
+  const uint8_t ask[2] = {EZI_X_WIN_ASK, EZI_X_TCP_ASK};
+  rp_wr(fd, ask, 2);
+  const char msg[] = "compact frames";
+  uint64_t s = UINT64_MAX;
+  for (uint64_t id = 0; id < 1000 && s == UINT64_MAX; id++) {
+    assert_int_equal(ez_publish(p, msg, sizeof msg, TMO), 0);
+    uint8_t cmd = rp_rd_u8(fd);
+    if (cmd == EZI_X_WIN) {
+      s = rp_rd_u64(fd);
+      assert_int_equal(s, id);
+      assert_int_equal(rp_rd_u64(fd), 16);
+      assert_int_equal(rp_rd_u64(fd), (uint64_t)8 << 20);
+      break;
+    }
+    assert_int_equal(cmd, EZI_TX_TCP); /* the asks were not read yet */
+    assert_int_equal(rp_rd_u64(fd), id);
+    uint64_t size = rp_rd_u64(fd);
+    uint8_t body[256];
+    assert_true(size <= sizeof body);
+    assert_int_equal(rp_rd_exact(fd, body, (size_t)size, RP_TMO), 0);
+    ack(fd, id);
+  }
+  assert_true(s != UINT64_MAX);
+  expect_x_tcp(fd, msg, sizeof msg);
+  for (uint64_t id = s + 1; id < s + 16; id++) { /* the whole window, unacknowledged */
+    assert_int_equal(ez_publish(p, msg, sizeof msg, TMO), 0);
+    expect_x_tcp(fd, msg, sizeof msg);
+  }
+  assert_int_equal(pub_in_flight(ctx), 16);
+  assert_int_equal(ez_publish(p, msg, sizeof msg, 200), EZ_ETIMEDOUT);
+  ack(fd, s + 15);
+  assert_int_equal(ez_pub_flush(p, TMO), 0);
+  assert_int_equal(pub_in_flight(ctx), 0);
   close(fd);
   ez_pub_destroy(p);
   ez_context_close(ctx);
@@ -315,6 +373,7 @@ static void fake_accept(fake *f) {
   rp_put_u64le(done + 1, 4);
   rp_wr(f->data, done, 9);
   rp_expect_u8(f->data, EZI_X_WIN_ASK); /* no X_HELLO: no segment, no ring */
+  rp_expect_u8(f->data, EZI_X_TCP_ASK);
 }
 
 /* Plays an ezmsg-c publisher of 4 slots whose segment the channel cannot attach (an empty name),
@@ -357,6 +416,20 @@ static void fake_send_split(fake *f, uint64_t id, size_t len, size_t split) {
 }
 
 static void fake_send(fake *f, uint64_t id, size_t len) { fake_send_split(f, id, len, 0); }
+
+/* Sends the next message as X_TCP, `len` payload bytes all 'a' + id % 26, its header claiming
+ * `claim` bytes (what it really has if 0). */
+static void fake_send_x(fake *f, uint64_t id, size_t len, uint32_t claim) {
+  uint8_t *b = malloc(5 + len);
+  assert_non_null(b);
+  uint32_t n = claim ? claim : (uint32_t)len;
+  b[0] = EZI_X_TCP;
+  for (int i = 0; i < 4; i++)
+    b[1 + i] = (uint8_t)(n >> (8 * i));
+  memset(b + 5, 'a' + (int)(id % 26), len);
+  rp_wr(f->data, b, 5 + len);
+  free(b);
+}
 
 static void fake_end(fake *f) {
   close(f->data);
@@ -554,7 +627,9 @@ static void test_channel_window_members(void **state) {
 /* Each way of breaking the window's rules drops the link, and nothing false is delivered:
  * 0: a window larger than a channel accepts; 1: X_WIN while a message is held; 2: a 17th message
  * in a window of 16 (its entry is taken); 3: beyond the byte budget after num_buffers messages;
- * 4: a window smaller than num_buffers; 5: a message out of order (one skipped). */
+ * 4: a window smaller than num_buffers; 5: a message out of order (one skipped); 6: an X_TCP
+ * frame outside a window; 7: an X_TCP frame larger than a channel accepts; 8: as 3, in X_TCP
+ * frames. */
 static void window_violation(int kind) {
   ez_context *ctx;
   fake f;
@@ -589,6 +664,23 @@ static void window_violation(int kind) {
     fake_send(&f, 5, 64);
     break;
   case 4: fake_win(&f, 0, 2, 8 << 20); break;
+  case 6: fake_send_x(&f, 0, 10, 0); break; /* X_TCP outside a window */
+  case 7:
+    fake_win(&f, 0, 16, 8 << 20);
+    fake_send_x(&f, 0, 10, 0);
+    expect_msg(s, &m[held], 0, 10);
+    held++;
+    fake_send_x(&f, 1, 10, (1u << 30) + 1); /* over EZI_MAX_TCP_MSG */
+    break;
+  case 8: /* as 3, in X_TCP frames: each counts as its TX_TCP frame would (6 x 64 B would fit) */
+    fake_win(&f, 0, 16, 5 * (64 + EZI_MARSHAL_BYTES_HDR) + 10);
+    for (uint64_t id = 0; id < 5; id++) {
+      fake_send_x(&f, id, 64, 0);
+      expect_msg(s, &m[held], id, 64);
+      held++;
+    }
+    fake_send_x(&f, 5, 64, 0);
+    break;
   default:
     fake_win(&f, 0, 16, 8 << 20);
     fake_send(&f, 0, 10);
@@ -602,6 +694,34 @@ static void window_violation(int kind) {
   assert_int_equal(ez_recv(s, &extra, 300), EZ_ETIMEDOUT);
   for (size_t i = 0; i < held; i++) /* what was delivered stays readable until released */
     ez_msg_release(&m[i]);
+  fake_end(&f);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
+/* In a window, X_TCP frames (the payload alone) and TX_TCP frames both deliver the channel's next
+ * message, in any mix, small or larger than a read chunk; they count in the window as the same
+ * message would as TX_TCP. */
+static void test_channel_x_tcp(void **state) {
+  (void)state;
+  ez_context *ctx;
+  fake f;
+  ez_sub *s = sub_with_fake(&ctx, &f, "/win/xchan");
+  fake_win(&f, 0, 16, 8 << 20);
+  const size_t big = 300 << 10; /* beyond a 256 KiB chunk (tcpring.c) */
+  for (uint64_t id = 0; id < 16; id++) {
+    size_t len = id == 9 ? big : 100;
+    if (id % 3)
+      fake_send_x(&f, id, len, 0);
+    else
+      fake_send(&f, id, len);
+  }
+  ez_msg m[16];
+  for (uint64_t id = 0; id < 16; id++)
+    expect_msg(s, &m[id], id, id == 9 ? big : 100);
+  for (uint64_t id = 0; id < 16; id++)
+    ez_msg_release(&m[id]);
+  expect_acked_to(f.data, 15);
   fake_end(&f);
   ez_sub_destroy(s);
   ez_context_close(ctx);
@@ -630,6 +750,21 @@ static void test_channel_over_budget(void **state) {
 static void test_channel_too_small(void **state) {
   (void)state;
   window_violation(4);
+}
+
+static void test_channel_x_tcp_outside_window(void **state) {
+  (void)state;
+  window_violation(6);
+}
+
+static void test_channel_x_tcp_too_large(void **state) {
+  (void)state;
+  window_violation(7);
+}
+
+static void test_channel_x_tcp_over_budget(void **state) {
+  (void)state;
+  window_violation(8);
 }
 
 static void test_channel_skipped(void **state) {
@@ -825,6 +960,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_publisher_byte_budget, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_window_off, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_unknown_asks, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_publisher_x_tcp, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_channel_window, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_channel_window_members, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_channel_chunks, th_setup, th_teardown),
@@ -835,6 +971,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_channel_over_budget, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_channel_too_small, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_channel_skipped, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_channel_x_tcp, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_channel_x_tcp_outside_window, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_channel_x_tcp_too_large, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_channel_x_tcp_over_budget, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_channel_huge_header, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_queue_outlives_link, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_destroy_with_queue_of_lost_link, th_setup, th_teardown),
