@@ -49,7 +49,7 @@ static void on_log(void *user, int level, const char *msg) {
   (void)user;
   if (strstr(msg, "not attached (") && !strstr(msg, ez_strerror(EZ_ETIMEDOUT)))
     __atomic_add_fetch(&refused_logged, 1, __ATOMIC_SEQ_CST);
-  if (level >= EZ_LOG_WARN) fprintf(stderr, "%s\n", msg);
+  if (level >= EZ_LOG_WARN || strstr(msg, "not attached (")) fprintf(stderr, "%s\n", msg);
 }
 
 static int connect_server(void) {
@@ -278,29 +278,36 @@ static size_t put_str(uint8_t *p, const char *s, size_t n) {
 
 /* Answers to SHM_ATTACH that are not a segment's name: the channel gives up on shared memory at
  * once (a protocol error, not the 2 s timeout: the proxy keeps each connection open), answers
- * SHM_ATTACH_FAILED, and the publisher sends over TCP. */
+ * SHM_ATTACH_FAILED, and the publisher sends over TCP.
+ *
+ * The server's greeting (str version) reaches the client through the proxy before or after the
+ * proxy's answer, as it happens: each answer is wrong either way and never reads as a prefix of
+ * something longer (which would leave the client waiting for its timeout). In the comments, "G+A"
+ * is the greeting first, "A+G" the answer first; COMPLETE is 0. */
 static void test_attach_bad_answers(void **state) {
   (void)state;
   static uint8_t bad[5][600];
   size_t len[5], k;
   char big[400];
   memset(big, 'x', sizeof big);
-  /* 0: another command than COMPLETE after the version */
-  k = put_str(bad[0], "1.0", 3);
-  bad[0][k++] = 0x7f;
-  len[0] = k;
-  /* 1: an empty name */
-  k = put_str(bad[1], "1.0", 3);
-  bad[1][k++] = 2; /* COMPLETE */
-  len[1] = k + put_u64(bad[1] + k, 0);
-  /* 2: a name longer than any segment's */
-  k = put_str(bad[2], "1.0", 3);
-  bad[2][k++] = 2;
+  /* 0: G+A: another command than COMPLETE; A+G: a version of 0x57f bytes */
+  bad[0][0] = 0x7f;
+  len[0] = 1;
+  /* 1: G+A: COMPLETE and an empty name; A+G: an empty version, COMPLETE, a name of 0x57f bytes */
+  k = 0;
+  bad[1][k++] = 0;
+  k += put_u64(bad[1] + k, 0);
+  bad[1][k++] = 0x7f;
+  len[1] = k;
+  /* 2: G+A: COMPLETE and a name of 400 bytes; A+G: a version of 0x19000 bytes */
+  k = 0;
+  bad[2][k++] = 0;
   len[2] = k + put_str(bad[2] + k, big, sizeof big);
-  /* 3: a version string longer than any server's */
+  /* 3: A+G: a version of 400 bytes; G+A: command 0x90 */
   len[3] = put_str(bad[3], big, sizeof big);
-  /* 4: a length prefix of 2^63 */
+  /* 4: A+G: a version of 2^63 bytes; G+A: COMPLETE and a name of 2^55 bytes */
   len[4] = put_u64(bad[4], 1ull << 63);
+  len[4] += put_u64(bad[4] + len[4], 1ull << 63);
 
   ez_context *a, *b;
   open_contexts(&a, &b);
