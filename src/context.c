@@ -266,9 +266,15 @@ int ez_context_open(const char *address, ez_context **out) {
   }
   int rc = EZ_OK;
   int fd = ezi_graph_open(ctx->address, ezi_deadline(2000), NULL, 0);
+  /* The I/O thread connects to the server by a numeric address, so that it never waits for a
+   * name lookup (every endpoint of the process would wait with it): the one just reached. */
+  snprintf(ctx->server_addr, sizeof ctx->server_addr, "%s", ctx->address);
   if (fd >= 0) {
     /* Our own address as the graph server sees us: the `host` of our profile entries. */
     ezi_sock_local_host(fd, ctx->host);
+    char peer[64];
+    ezi_sock_peer_host(fd, peer);
+    if (peer[0]) snprintf(ctx->server_addr, sizeof ctx->server_addr, "%s:%u", peer, port);
     close(fd);
   } else {
     rc = fd;

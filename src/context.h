@@ -94,6 +94,7 @@ typedef struct ezi_outbox {
 /* ---- context ------------------------------------------------------------------------------ */
 struct ez_context {
   char address[300];
+  char server_addr[300]; /* the same with a numeric host: what its threads connect to */
   ez_server *server;
   ezi_loop *loop;
   pthread_t thread;

@@ -168,7 +168,7 @@ int ez_pub_create(ez_context *ctx, const char *topic, const ez_pub_opts *opts, e
   /* The segment: the server's, mapped here; if it cannot be mapped (server on another host),
    * private memory in the same layout and TCP for everyone. */
   uint64_t deadline = ezi_deadline(EZ_DEFAULT_TIMEOUT_MS);
-  int rc = ezi_seg_create(ctx->address, p->nbuf, o.buf_size, &p->seg, ezi_ms_left(deadline));
+  int rc = ezi_seg_create(ctx->server_addr, p->nbuf, o.buf_size, &p->seg, ezi_ms_left(deadline));
   if (rc == 0) {
     p->shm_real = true;
   } else if (rc == EZ_ENOENT || rc == EZ_ESYS || rc == EZ_EPROTO) {
@@ -189,7 +189,7 @@ int ez_pub_create(ez_context *ctx, const char *topic, const ez_pub_opts *opts, e
   }
   p->port = ezi_sock_port(lfd);
 
-  int gfd = ezi_graph_open(ctx->address, deadline, NULL, 0);
+  int gfd = ezi_graph_open(ctx->server_addr, deadline, NULL, 0);
   if (gfd < 0) {
     close(lfd);
     pub_free(p);
@@ -485,7 +485,8 @@ static int grow(ez_pub *p, uint64_t need) {
   bool real = false;
   pthread_mutex_unlock(&p->mu);
   int rc = EZ_ENOENT;
-  if (p->shm_real) rc = ezi_seg_create(p->ctx->address, p->nbuf, size, &ns, EZ_DEFAULT_TIMEOUT_MS);
+  if (p->shm_real)
+    rc = ezi_seg_create(p->ctx->server_addr, p->nbuf, size, &ns, EZ_DEFAULT_TIMEOUT_MS);
   if (rc == 0)
     real = true;
   else

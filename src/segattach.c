@@ -104,7 +104,7 @@ int ezi_attach_start(ez_context *ctx, const char *name, int timeout_ms, ezi_atta
   if (!nl || nl > EZI_SHM_NAME_MAX) return EZ_EINVAL;
   char addr[300], host[256];
   uint16_t port;
-  ezi_addr_resolve(ctx->address, addr);
+  ezi_addr_resolve(ctx->server_addr, addr);
   if (ezi_addr_parse(addr, host, &port)) return EZ_EADDR;
   ezi_attach *a = calloc(1, sizeof *a);
   if (!a) return EZ_ENOMEM;

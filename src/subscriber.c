@@ -332,7 +332,7 @@ int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, e
     return EZ_ENOMEM;
   }
   uint64_t deadline = ezi_deadline(2 * EZ_DEFAULT_TIMEOUT_MS);
-  int fd = ezi_graph_open(ctx->address, deadline, NULL, 0);
+  int fd = ezi_graph_open(ctx->server_addr, deadline, NULL, 0);
   if (fd < 0) {
     sub_free(s);
     return fd;

@@ -162,11 +162,22 @@ void ezi_sock_setup(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+/* A numeric host is parsed without a lookup (no resolver, no file, no network). The I/O threads
+ * connect to numeric addresses: the graph server's as found at open (context.c), publishers' as
+ * the graph server gives them (the address it sees each publisher at). */
 static int resolve(const char *host, uint16_t port, struct sockaddr_storage *ss, socklen_t *len) {
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+  struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                           .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV},
+                  *res = NULL;
   char ps[8];
   snprintf(ps, sizeof ps, "%u", port);
-  if (getaddrinfo(host, ps, &hints, &res) != 0 || !res) return EZ_EADDR;
+  if (getaddrinfo(host, ps, &hints, &res) != 0) {
+    res = NULL;
+    hints.ai_flags = AI_NUMERICSERV;
+    if (getaddrinfo(host, ps, &hints, &res) != 0) res = NULL;
+  }
+  if (!res) return EZ_EADDR;
   memcpy(ss, res->ai_addr, res->ai_addrlen);
   *len = res->ai_addrlen;
   freeaddrinfo(res);
