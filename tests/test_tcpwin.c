@@ -727,50 +727,12 @@ static void test_channel_x_tcp(void **state) {
   ez_context_close(ctx);
 }
 
-static void test_channel_too_large(void **state) {
-  (void)state;
-  window_violation(0);
-}
+/* One window_violation case per test: the kind is the test's initial state (see main). */
+static void test_window_violation(void **state) { window_violation(*(const int *)*state); }
 
-static void test_channel_held(void **state) {
-  (void)state;
-  window_violation(1);
-}
-
-static void test_channel_overrun(void **state) {
-  (void)state;
-  window_violation(2);
-}
-
-static void test_channel_over_budget(void **state) {
-  (void)state;
-  window_violation(3);
-}
-
-static void test_channel_too_small(void **state) {
-  (void)state;
-  window_violation(4);
-}
-
-static void test_channel_x_tcp_outside_window(void **state) {
-  (void)state;
-  window_violation(6);
-}
-
-static void test_channel_x_tcp_too_large(void **state) {
-  (void)state;
-  window_violation(7);
-}
-
-static void test_channel_x_tcp_over_budget(void **state) {
-  (void)state;
-  window_violation(8);
-}
-
-static void test_channel_skipped(void **state) {
-  (void)state;
-  window_violation(5);
-}
+/* A named test of window_violation(kind). */
+#define VIOLATION(name, kind)                                                                      \
+  { #name, test_window_violation, th_setup, th_teardown, (void *)&kinds[kind] }
 
 /* This process's virtual size in KiB (/proc/self/status VmSize). */
 static long vm_kib(void) {
@@ -955,6 +917,7 @@ static void test_stream_without_window(void **state) {
 }
 
 int main(void) {
+  static const int kinds[] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_publisher_window, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_byte_budget, th_setup, th_teardown),
@@ -965,16 +928,16 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_channel_window_members, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_channel_chunks, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_channel_large_reuse, th_setup, th_teardown),
-      cmocka_unit_test_setup_teardown(test_channel_too_large, th_setup, th_teardown),
-      cmocka_unit_test_setup_teardown(test_channel_held, th_setup, th_teardown),
-      cmocka_unit_test_setup_teardown(test_channel_overrun, th_setup, th_teardown),
-      cmocka_unit_test_setup_teardown(test_channel_over_budget, th_setup, th_teardown),
-      cmocka_unit_test_setup_teardown(test_channel_too_small, th_setup, th_teardown),
-      cmocka_unit_test_setup_teardown(test_channel_skipped, th_setup, th_teardown),
+      VIOLATION(test_channel_too_large, 0),
+      VIOLATION(test_channel_held, 1),
+      VIOLATION(test_channel_overrun, 2),
+      VIOLATION(test_channel_over_budget, 3),
+      VIOLATION(test_channel_too_small, 4),
+      VIOLATION(test_channel_skipped, 5),
       cmocka_unit_test_setup_teardown(test_channel_x_tcp, th_setup, th_teardown),
-      cmocka_unit_test_setup_teardown(test_channel_x_tcp_outside_window, th_setup, th_teardown),
-      cmocka_unit_test_setup_teardown(test_channel_x_tcp_too_large, th_setup, th_teardown),
-      cmocka_unit_test_setup_teardown(test_channel_x_tcp_over_budget, th_setup, th_teardown),
+      VIOLATION(test_channel_x_tcp_outside_window, 6),
+      VIOLATION(test_channel_x_tcp_too_large, 7),
+      VIOLATION(test_channel_x_tcp_over_budget, 8),
       cmocka_unit_test_setup_teardown(test_channel_huge_header, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_queue_outlives_link, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_destroy_with_queue_of_lost_link, th_setup, th_teardown),
