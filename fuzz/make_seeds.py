@@ -21,7 +21,7 @@ PROFILE, PROFILE_DATA = 21, 22
 
 X_HELLO, X_RING = 0xE5, 0xE6  # ezmsg-c's ring extension (src/wire.h)
 X_WIN_ASK, X_WIN = 0xE7, 0xE8  # ezmsg-c's TCP window extension (src/wire.h)
-X_TCP = 0xEB  # a window's message as its payload alone (src/wire.h)
+X_TCP_ASK, X_TCP = 0xEA, 0xEB  # a window's messages as their payload alone (src/wire.h)
 HANDMADE = {"gsparse", "regframe", "txframe"}  # corpora whose seeds were written by hand: kept as they are
 UUID1 = b"6f1c2f0e-8a4b-11ee-b9d1-0242ac120002"
 UUID2 = b"7a0d1b2c-8a4b-11ee-b9d1-0242ac120002"
@@ -182,7 +182,7 @@ def main():
     write("channel", "x_win_hold", u8(0x40) + xwin + frames + frames.replace(u64(0), u64(16), 1))
     write("channel", "x_win_huge", u8(0) + u8(X_WIN) + u64(0) + u64(1 << 40) + u64(1 << 62) + frames)
     write("channel", "x_win_late", u8(0x40) + frames + xwin)
-    xtcp = b"".join(u8(X_TCP) + (len(b) ).to_bytes(4, "little") + b for b in (b"x0", b"", b"x2" * 40))
+    xtcp = b"".join(u8(X_TCP) + len(b).to_bytes(4, "little") + b for b in (b"x0", b"", b"x2" * 40))
     write("channel", "x_tcp_mixed", u8(0x20) + xwin + xtcp + frames.replace(u64(0), u64(3), 1))
     write("channel", "x_tcp_no_window", u8(0) + xtcp)
     write("channel", "x_tcp_huge", u8(0) + xwin + u8(X_TCP) + (0xFFFFFFFF).to_bytes(4, "little") + b"ab")
@@ -207,6 +207,8 @@ def main():
           SEP + u8(RX_ACK) + u64(1) + u8(RX_ACK) + u64(0) + SEP + u8(RX_ACK) + u64(2))
     write("pubacks", "win_ask_held", u8(1 << 2 | 0x20 | 0x10) + hs + u8(SHM_FAILED) + u64(1) + SEP +
           u8(X_WIN_ASK) + SEP + u8(RX_ACK) + u64(0) + SEP + u8(RX_ACK) + u64(7))
+    write("pubacks", "win_x_tcp", u8(0x20 | 0x40 | 1) + hs + u8(SHM_FAILED) + u64(1) + u8(X_WIN_ASK) +
+          u8(X_TCP_ASK) + SEP + SEP + u8(RX_ACK) + u64(1) + SEP + u8(RX_ACK) + u64(2))
     write("pubacks", "no_ack", u8(0x10) + hs + u8(SHM_OK) + u64(1) + SEP + SEP + SEP)
     write("pubacks", "bad_uuid", u8(0) + u8(CHANNEL) + s("not-a-uuid"))
     write("pubacks", "bad_cmd", u8(0) + u8(PUBLISH) + s(UUID1))
