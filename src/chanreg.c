@@ -127,10 +127,9 @@ static void registered(chan *c, const char *addr) {
 }
 
 int ezi_chan_reg_start(chan *c) {
-  char addr[300], host[256];
+  char host[256];
   uint16_t port;
-  ezi_addr_resolve(c->ctx->server_addr, addr);
-  if (ezi_addr_parse(addr, host, &port)) return EZ_EADDR;
+  if (ezi_addr_parse(c->ctx->server_addr, host, &port)) return EZ_EADDR;
   bool connected = false;
   int fd = ezi_tcp_connect_start(host, port, &connected);
   if (fd < 0) return fd;

@@ -628,23 +628,24 @@ static void send_slot(ez_pub *p, size_t len, const uint8_t *local_data) {
     size_t hl;
     const uint8_t *body = slot;
     size_t body_len = shm ? 0 : total;
-    hdr[0] = shm ? EZI_TX_SHM : EZI_TX_TCP;
-    ezi_put_u64le(hdr + 1, id);
     if (pc->win_on && pc->x_tcp && len <= UINT32_MAX) { /* the payload alone (wire.h) */
       hdr[0] = EZI_X_TCP;
-      for (int b = 0; b < 4; b++)
-        hdr[1 + b] = (uint8_t)(len >> (8 * b));
+      ezi_put_u32le(hdr + 1, (uint32_t)len);
       hl = 5;
       body += EZI_MARSHAL_BYTES_HDR;
       body_len = len;
-    } else if (shm) {
-      size_t nl = strlen(p->seg->shm.name);
-      ezi_put_u64le(hdr + 9, nl);
-      memcpy(hdr + 17, p->seg->shm.name, nl);
-      hl = 17 + nl;
     } else {
-      ezi_put_u64le(hdr + 9, total);
-      hl = 17;
+      hdr[0] = shm ? EZI_TX_SHM : EZI_TX_TCP;
+      ezi_put_u64le(hdr + 1, id);
+      if (shm) {
+        size_t nl = strlen(p->seg->shm.name);
+        ezi_put_u64le(hdr + 9, nl);
+        memcpy(hdr + 17, p->seg->shm.name, nl);
+        hl = 17 + nl;
+      } else {
+        ezi_put_u64le(hdr + 9, total);
+        hl = 17;
+      }
     }
     pthread_mutex_lock(&pc->out.mu);
     bool kick = ezi_outbox_put_locked(&pc->out, hdr, hl, body, body_len);

@@ -102,10 +102,9 @@ int ezi_attach_start(ez_context *ctx, const char *name, int timeout_ms, ezi_atta
                      ezi_attach **out) {
   size_t nl = strlen(name);
   if (!nl || nl > EZI_SHM_NAME_MAX) return EZ_EINVAL;
-  char addr[300], host[256];
+  char host[256];
   uint16_t port;
-  ezi_addr_resolve(ctx->server_addr, addr);
-  if (ezi_addr_parse(addr, host, &port)) return EZ_EADDR;
+  if (ezi_addr_parse(ctx->server_addr, host, &port)) return EZ_EADDR;
   ezi_attach *a = calloc(1, sizeof *a);
   if (!a) return EZ_ENOMEM;
   a->ctx = ctx;

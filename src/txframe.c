@@ -11,7 +11,7 @@ int ezi_tx_parse(const uint8_t *p, size_t len, ezi_tx_frame *f) {
   ezi_rd_init(&r, p, len, EZI_SHM_NAME_MAX);
   if (len >= 1 && p[0] == EZI_X_TCP) { /* no msg_id */
     if (ezi_rd_u8(&r, &f->cmd) && ezi_rd_skip(&r, 4)) {
-      f->size = (uint64_t)p[1] | (uint64_t)p[2] << 8 | (uint64_t)p[3] << 16 | (uint64_t)p[4] << 24;
+      f->size = ezi_get_u32le(p + 1);
       if (f->size > EZI_MAX_TCP_MSG) return EZ_EMSGSIZE;
       f->body = r.p + r.pos;
       ezi_rd_skip(&r, (size_t)f->size);
@@ -47,7 +47,7 @@ size_t ezi_tx_frame_len(const uint8_t *p, size_t len) {
     size = ezi_get_u64le(p + 9);
     hdr = 17;
   } else if (len >= 5 && p[0] == EZI_X_TCP) {
-    size = (uint64_t)p[1] | (uint64_t)p[2] << 8 | (uint64_t)p[3] << 16 | (uint64_t)p[4] << 24;
+    size = ezi_get_u32le(p + 1);
     hdr = 5;
   }
   return size <= EZI_MAX_TCP_MSG ? (size_t)(size + hdr) : 0;

@@ -85,7 +85,7 @@ static void expect_x_tcp(int fd, const void *msg, size_t len) {
   rp_expect_u8(fd, EZI_X_TCP);
   uint8_t h[4], body[256];
   assert_int_equal(rp_rd_exact(fd, h, 4, RP_TMO), 0);
-  assert_int_equal((size_t)h[0] | (size_t)h[1] << 8 | (size_t)h[2] << 16 | (size_t)h[3] << 24, len);
+  assert_int_equal(ezi_get_u32le(h), len);
   assert_true(len <= sizeof body);
   assert_int_equal(rp_rd_exact(fd, body, len, RP_TMO), 0);
   assert_memory_equal(body, msg, len);
@@ -405,10 +405,8 @@ static void fake_send(fake *f, uint64_t id, size_t len) { fake_send_split(f, id,
 static void fake_send_x(fake *f, uint64_t id, size_t len, uint32_t claim) {
   uint8_t *b = malloc(5 + len);
   assert_non_null(b);
-  uint32_t n = claim ? claim : (uint32_t)len;
   b[0] = EZI_X_TCP;
-  for (int i = 0; i < 4; i++)
-    b[1 + i] = (uint8_t)(n >> (8 * i));
+  ezi_put_u32le(b + 1, claim ? claim : (uint32_t)len);
   memset(b + 5, 'a' + (int)(id % 26), len);
   rp_wr(f->data, b, 5 + len);
   free(b);
