@@ -61,6 +61,9 @@ struct chan_sub {
   bool cut;     /* local channels: its link was lost (ezi_lchan_cut); it drains, then leaves */
   /* local channels */
   uint64_t next;    /* the next message id to take */
+  uint64_t seen;    /* the channel's `published` when last read: the publisher writes that line
+                     * per message, so a receiver behind it reads it once per batch, not per
+                     * message (localchan.c avail_end) */
   uint64_t end;     /* UINT64_MAX while a member; after leaving, the first id not counted for it */
   uint32_t held;    /* taken and not released yet */
   ezi_window *proc; /* processing times (telemetry.h; its own allocation, same guard) */

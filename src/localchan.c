@@ -63,7 +63,7 @@ int ezi_lchan_add(chan *c, chan_sub *cs) {
   if (w) {
     s->locals = w;
     s->locals[s->n_locals++] = cs;
-    cs->next = __atomic_load_n(&c->published, __ATOMIC_RELAXED);
+    cs->next = cs->seen = __atomic_load_n(&c->published, __ATOMIC_RELAXED);
     cs->end = UINT64_MAX;
     /* A receiver asleep already (or its fd) must hear of this channel's first message too. */
     if (s->efd >= 0 || s->waiters) {
@@ -159,9 +159,12 @@ void ezi_lchan_set_wants(chan *c, uint32_t wants) { __atomic_store_n(&c->pub_wan
 
 /* ---- receiver side ------------------------------------------------------------------------- */
 
-/* The first id cs may not take yet (s->mu held). */
-static uint64_t avail_end(const chan_sub *cs) {
-  uint64_t p = __atomic_load_n(&cs->ch->published, __ATOMIC_ACQUIRE);
+/* The first id cs may not take yet (s->mu held). `published` only grows, so while cs has not
+ * taken all it saw last time, that is still a lower bound: the line is read again only when cs
+ * would otherwise find nothing, as in Lamport's queue with cached indices. */
+static uint64_t avail_end(chan_sub *cs) {
+  uint64_t p = cs->seen;
+  if (cs->next >= p) p = cs->seen = __atomic_load_n(&cs->ch->published, __ATOMIC_ACQUIRE);
   return p < cs->end ? p : cs->end;
 }
 
@@ -402,6 +405,7 @@ bool ezi_lchan_idle(chan_sub *cs) {
 json_t *ezi_lchan_sub_json(chan_sub *cs, uint64_t now, double window_s, uint64_t *in_flight) {
   ez_sub *s = cs->sub;
   pthread_mutex_lock(&s->mu);
+  cs->seen = 0; /* the count below is what is published now, not what cs saw last */
   uint64_t e = avail_end(cs);
   *in_flight = cs->held + (cs->next < e ? e - cs->next : 0);
   ezi_window_fold(cs->proc);
