@@ -74,12 +74,10 @@ bool ezi_outbox_put_locked(ezi_outbox *ob, const void *p1, size_t n1, const void
     if (w > 0) sent = (size_t)w;
     if (sent == n1 + n2) return false;
   }
-  if (sent < n1) {
-    if (ezi_buf_put(&ob->pending, (const uint8_t *)p1 + sent, n1 - sent)) return false;
-    sent = n1;
-  }
-  if (n2 && ezi_buf_put(&ob->pending, (const uint8_t *)p2 + (sent - n1), n2 - (sent - n1)))
-    return false;
+  size_t s1 = sent < n1 ? sent : n1, s2 = sent - s1; /* what was sent of each part */
+  const uint8_t *r1 = s1 < n1 ? (const uint8_t *)p1 + s1 : NULL;
+  const uint8_t *r2 = s2 < n2 ? (const uint8_t *)p2 + s2 : NULL;
+  if (ezi_buf_put2(&ob->pending, r1, n1 - s1, r2, n2 - s2)) return false;
   if (ob->queued) return false;
   ob->queued = true;
   return true;

@@ -442,10 +442,25 @@ static bool poll_slot(ez_pub *p, uint32_t idx) {
   return got;
 }
 
+/* What wait_slot's loop asks, in one pass over the channels: whether slot idx is held (every
+ * holder is asked, so that each release is collected), a channel switching to a ring or a window
+ * holds messages, or a window keeps `bytes` back (p->mu held). */
+static bool slot_blocked(ez_pub *p, uint32_t idx, uint64_t bytes) {
+  bool b = p->leases[idx] | local_held(p, idx);
+  for (size_t i = 0; i < p->n_chans; i++) {
+    pub_chan *pc = p->chans[i];
+    b |= ring_held(p, pc, idx);
+    b |= (pc->ring_wanted || pc->win_wanted) && pc->held;
+    b |= pc->win_on && ezi_win_chan_full(p, pc, bytes);
+  }
+  return b;
+}
+
 /* Waits (p->mu held) until the next slot is free and the publisher runs. The deadline is read
  * from the clock only when there is something to wait for (*deadline 0: not yet). */
 static int wait_slot(ez_pub *p, uint64_t bytes, int timeout_ms, uint64_t *deadline) {
   uint32_t idx = (uint32_t)(p->next_id % p->nbuf);
+  if (!p->closing && p->running && !slot_blocked(p, idx, bytes)) return 0; /* the usual case */
   bool polled = false;
   while (!p->closing &&
          (!p->running || slot_busy(p, idx) || ring_switch_waits(p) || ezi_win_full(p, bytes))) {
@@ -682,8 +697,10 @@ static int take_slot(ez_pub *p, size_t len, int timeout_ms) {
   uint64_t bytes = (uint64_t)len + EZI_MARSHAL_BYTES_HDR;
   int rc = wait_slot(p, bytes, timeout_ms, &deadline);
   /* Python's reader wants the message strictly smaller than the data block. */
-  if (!rc && bytes >= ezi_seg_room(p->seg)) rc = grow(p, bytes + 1);
-  if (!rc) rc = wait_slot(p, bytes, timeout_ms, &deadline); /* grow dropped the lock */
+  if (!rc && bytes >= ezi_seg_room(p->seg)) {
+    rc = grow(p, bytes + 1);
+    if (!rc) rc = wait_slot(p, bytes, timeout_ms, &deadline); /* grow dropped the lock */
+  }
   if (rc) pthread_mutex_unlock(&p->mu);
   return rc;
 }

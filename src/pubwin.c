@@ -66,8 +66,7 @@ static void apply(ez_pub *p, pub_chan *pc) {
   pc->n_marks = 0;
 }
 
-/* Whether pc's window keeps the next message (bytes) back. */
-static bool full(ez_pub *p, pub_chan *pc, uint64_t bytes) {
+bool ezi_win_chan_full(ez_pub *p, pub_chan *pc, uint64_t bytes) {
   if (pc->n_marks) apply(p, pc);
   uint64_t n = pc->win_next - pc->win_first;
   return n >= pc->win_max || (n >= p->nbuf && pc->win_bytes + bytes > EZI_WIN_BYTES);
@@ -75,7 +74,7 @@ static bool full(ez_pub *p, pub_chan *pc, uint64_t bytes) {
 
 bool ezi_win_full(ez_pub *p, uint64_t bytes) {
   for (size_t i = 0; i < p->n_chans; i++)
-    if (p->chans[i]->win_on && full(p, p->chans[i], bytes)) return true;
+    if (p->chans[i]->win_on && ezi_win_chan_full(p, p->chans[i], bytes)) return true;
   return false;
 }
 

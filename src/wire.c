@@ -53,6 +53,14 @@ int ezi_buf_put(ezi_buf *b, const void *p, size_t n) {
   return 0;
 }
 
+int ezi_buf_put2(ezi_buf *b, const void *p1, size_t n1, const void *p2, size_t n2) {
+  if (n1 > SIZE_MAX - n2 || ezi_buf_reserve(b, n1 + n2)) return EZ_ENOMEM;
+  if (n1) memcpy(b->data + b->len, p1, n1);
+  if (n2) memcpy(b->data + b->len + n1, p2, n2);
+  b->len += n1 + n2;
+  return 0;
+}
+
 int ezi_buf_put_u8(ezi_buf *b, uint8_t v) { return ezi_buf_put(b, &v, 1); }
 
 int ezi_buf_put_u64(ezi_buf *b, uint64_t v) {

@@ -74,6 +74,8 @@ typedef struct ezi_buf {
 /* Makes room for `extra` more bytes; EZ_ENOMEM on failure (buffer unchanged). */
 int ezi_buf_reserve(ezi_buf *b, size_t extra);
 int ezi_buf_put(ezi_buf *b, const void *p, size_t n);
+/* p1 then p2 (either may be empty), with one check for room: both or neither. */
+int ezi_buf_put2(ezi_buf *b, const void *p1, size_t n1, const void *p2, size_t n2);
 int ezi_buf_put_u8(ezi_buf *b, uint8_t v);
 int ezi_buf_put_u64(ezi_buf *b, uint64_t v);
 /* A str: u64 length then the bytes. */
