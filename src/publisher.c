@@ -610,14 +610,29 @@ static void ring_put(ez_pub *p, pub_chan *pc, uint64_t id, uint64_t now) {
   }
 }
 
+/* Whether nobody will read the next message's slot (p->mu held): no local channel, and every
+ * channel that gets it takes X_TCP frames in its window, copied from the caller's buffer (no
+ * switch to a ring or a window pending either, whose first message could read the slot). */
+static bool slot_unread(const ez_pub *p, size_t len) {
+  if (p->local || len > UINT32_MAX) return false;
+  for (size_t i = 0; i < p->n_chans; i++) {
+    const pub_chan *pc = p->chans[i];
+    if (pc->state == PC_READY &&
+        (!pc->win_on || !pc->x_tcp || pc->ring_wanted || pc->win_wanted || pc->ring_on))
+      return false;
+  }
+  return true;
+}
+
 /* Sends the message in the next slot (its payload of len bytes there, or, for the local channel
- * alone, at `local_data`: a hot buffer, pubhot.c). p->mu held. */
-static void send_slot(ez_pub *p, size_t len, const uint8_t *local_data) {
+ * alone, at `local_data`: a hot buffer, pubhot.c). If `direct` is set, the payload is there
+ * instead and the slot is left unwritten (slot_unread). p->mu held. */
+static void send_slot(ez_pub *p, size_t len, const uint8_t *local_data, const uint8_t *direct) {
   uint64_t id = p->next_id, now = ezi_stamp(&p->stamps);
   uint32_t idx = (uint32_t)(id % p->nbuf);
   uint8_t *slot = ezi_seg_data(p->seg, idx);
   size_t total = EZI_MARSHAL_BYTES_HDR + len;
-  ezi_marshal_bytes_header(slot, id, len);
+  if (!direct) ezi_marshal_bytes_header(slot, id, len);
   p->slot_msg[idx] = id;
   const uint8_t *ld = local_data ? local_data : slot + EZI_MARSHAL_BYTES_HDR;
   if (p->local && ezi_lchan_put(p->local, id, ld, len, now, NULL, NULL)) {
@@ -647,7 +662,7 @@ static void send_slot(ez_pub *p, size_t len, const uint8_t *local_data) {
       hdr[0] = EZI_X_TCP;
       ezi_put_u32le(hdr + 1, (uint32_t)len);
       hl = 5;
-      body += EZI_MARSHAL_BYTES_HDR;
+      body = direct ? direct : body + EZI_MARSHAL_BYTES_HDR;
       body_len = len;
     } else {
       hdr[0] = shm ? EZI_TX_SHM : EZI_TX_TCP;
@@ -710,9 +725,11 @@ int ez_publish(ez_pub *p, const void *data, size_t len, int timeout_ms) {
   int rc = take_slot(p, len, timeout_ms);
   if (rc) return rc;
   uint8_t *hot = ezi_pub_hot_take(p, p->next_id, len); /* only this process reads it */
+  /* Only X_TCP frames read it: they copy from the caller's buffer, one copy fewer. */
+  const uint8_t *direct = !hot && len && slot_unread(p, len) ? data : NULL;
   uint8_t *slot = ezi_seg_data(p->seg, p->next_id % p->nbuf);
-  if (len) memcpy(hot ? hot : slot + EZI_MARSHAL_BYTES_HDR, data, len);
-  send_slot(p, len, hot);
+  if (len && !direct) memcpy(hot ? hot : slot + EZI_MARSHAL_BYTES_HDR, data, len);
+  send_slot(p, len, hot, direct);
   pthread_mutex_unlock(&p->mu);
   return 0;
 }
@@ -736,7 +753,7 @@ int ez_pub_commit(ez_pub *p, size_t len) {
     pthread_mutex_unlock(&p->mu);
     return EZ_ECLOSED;
   }
-  send_slot(p, len, NULL);
+  send_slot(p, len, NULL, NULL);
   pthread_mutex_unlock(&p->mu);
   return 0;
 }

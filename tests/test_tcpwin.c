@@ -299,8 +299,12 @@ static void test_publisher_x_tcp(void **state) {
   const char msg[] = "compact frames";
   uint64_t s = switch_with(fd, EZI_X_WIN_ASK, p, msg, sizeof msg, 16, true);
   for (uint64_t id = s + 1; id < s + 16; id++) { /* the whole window, unacknowledged */
-    assert_int_equal(ez_publish(p, msg, sizeof msg, TMO), 0);
-    expect_x_tcp(fd, msg, sizeof msg);
+    /* Each payload its own: X_TCP copies from the caller's buffer, not from a slot that no
+     * reader needs (so it is never written), which a stale slot would show here. */
+    char one[32];
+    int n = snprintf(one, sizeof one, "compact frame %llu", (unsigned long long)id);
+    assert_int_equal(ez_publish(p, one, (size_t)n, TMO), 0);
+    expect_x_tcp(fd, one, (size_t)n);
   }
   assert_int_equal(pub_in_flight(ctx), 16);
   assert_int_equal(ez_publish(p, msg, sizeof msg, 200), EZ_ETIMEDOUT);
