@@ -11,9 +11,10 @@
  * document size, and how many of the calls saw all 200 endpoints. Everything is stopped by pid.
  *
  *   profile_latency [--processes P] [--per-process N] [--calls C] [--window S] [--rate HZ]
- *                   [--payload BYTES] [--header]
+ *                   [--payload BYTES] [--header | --json]
  *
- * Output: one markdown table row (with --header, the header lines first). */
+ * Output: one markdown table row (with --header, the header lines first), or with --json one JSON
+ * object (what `make bench` reads: bench/run.sh). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -44,6 +45,7 @@
 static int g_procs = 4, g_per = 25, g_calls = 50, g_payload = 256;
 static double g_window = 2.0, g_rate = 20.0;
 static bool g_header;
+static bool g_json;
 
 static double now_s(void) {
   struct timespec ts;
@@ -215,7 +217,7 @@ static int count_endpoints(const char *json, size_t *pubs, size_t *chans) {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: profile_latency [--processes P] [--per-process N] [--calls C] [--window S]\n"
-             "                       [--rate HZ] [--payload BYTES] [--header]\n");
+             "                       [--rate HZ] [--payload BYTES] [--header | --json]\n");
 }
 
 int main(int argc, char **argv) {
@@ -227,11 +229,12 @@ int main(int argc, char **argv) {
       {"rate", required_argument, NULL, 'r'},
       {"payload", required_argument, NULL, 'b'},
       {"header", no_argument, NULL, 'H'},
+      {"json", no_argument, NULL, 'J'},
       {"help", no_argument, NULL, 'h'},
       {0},
   };
   int c;
-  while ((c = getopt_long(argc, argv, "p:n:c:w:r:b:Hh", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "p:n:c:w:r:b:HJh", opts, NULL)) != -1) {
     switch (c) {
     case 'p': g_procs = atoi(optarg); break;
     case 'n': g_per = atoi(optarg); break;
@@ -240,6 +243,7 @@ int main(int argc, char **argv) {
     case 'r': g_rate = atof(optarg); break;
     case 'b': g_payload = atoi(optarg); break;
     case 'H': g_header = true; break;
+    case 'J': g_json = true; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -311,14 +315,22 @@ int main(int argc, char **argv) {
   }
   qsort(ms, (size_t)g_calls, sizeof *ms, cmp_double);
 
-  if (g_header) {
+  if (g_json) {
+    printf("{\"ok\": %s, \"endpoints\": %zu, \"processes\": %d, \"window_s\": %.1f, \"calls\": %d, "
+           "\"median_ms\": %.3f, \"p90_ms\": %.3f, \"max_ms\": %.3f, \"doc_kib\": %.1f, "
+           "\"complete\": %d}\n",
+           failed ? "false" : "true", 2 * want, g_procs, g_window, g_calls, pct(ms, g_calls, 0.5),
+           pct(ms, g_calls, 0.9), ms[g_calls - 1], (double)doc_bytes / 1024.0, complete);
+    fflush(stdout);
+  } else if (g_header) {
     printf("| endpoints | processes | window s | calls | median ms | p90 ms | max ms | doc KiB "
            "| complete |\n");
     printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   }
-  printf("| %zu | %d | %.1f | %d | %.2f | %.2f | %.2f | %.1f | %d/%d |\n", 2 * want, g_procs,
-         g_window, g_calls, pct(ms, g_calls, 0.5), pct(ms, g_calls, 0.9), ms[g_calls - 1],
-         (double)doc_bytes / 1024.0, complete, g_calls);
+  if (!g_json)
+    printf("| %zu | %d | %.1f | %d | %.2f | %.2f | %.2f | %.1f | %d/%d |\n", 2 * want, g_procs,
+           g_window, g_calls, pct(ms, g_calls, 0.5), pct(ms, g_calls, 0.9), ms[g_calls - 1],
+           (double)doc_bytes / 1024.0, complete, g_calls);
   fflush(stdout);
   free(ms);
 
