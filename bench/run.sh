@@ -16,6 +16,10 @@
 # a VM it moves with the host's placement of the virtual CPUs, and every polling transport moves
 # with it), so RESULTS.md can give the median of the pairs' ratios.
 #
+# A placebo runs beside them: the telemetry-off tree against a third one, NOTEL_BUILD-al, the same
+# code with every function aligned to 64 bytes. Nothing differs but where the code lies, so its
+# ratio shows how far layout alone moves such a comparison on this machine.
+#
 # Environment: ROUNDS (5), TEL_ROUNDS (21), DURATION (0.8 s measured per run), WARMUP (0.25 s), JOBS (2),
 # OUT (bench/RESULTS.md), NOTEL_BUILD (BUILD-notel). A "## Where the time goes" section already in
 # OUT is kept (it is written by hand).
@@ -78,6 +82,11 @@ cmake -S . -B "$NOTEL" -DCMAKE_BUILD_TYPE="${btype:-RelWithDebInfo}" -DEZ_TELEME
   -DEZ_TESTS=OFF -DEZ_BENCH=OFF >/dev/null
 cmake --build "$NOTEL" -j"$JOBS" --target ezmsg_cli >/dev/null
 EZ_NOTEL=$NOTEL/ezmsg
+echo "bench: building $NOTEL-al (the same, -falign-functions=64: the placebo)" >&2
+cmake -S . -B "$NOTEL-al" -DCMAKE_BUILD_TYPE="${btype:-RelWithDebInfo}" -DEZ_TELEMETRY=OFF \
+  -DEZ_TESTS=OFF -DEZ_BENCH=OFF -DCMAKE_C_FLAGS=-falign-functions=64 >/dev/null
+cmake --build "$NOTEL-al" -j"$JOBS" --target ezmsg_cli >/dev/null
+EZ_NOTEL_AL=$NOTEL-al/ezmsg
 
 RAW=$BUILD/bench-raw.tsv
 : >"$RAW"
@@ -180,6 +189,10 @@ for round in $(seq 1 "$TEL_ROUNDS"); do
     # which flips unpinned runs between fast and slow modes, is then the same for both builds.
     pair "$round" "telpin/off/$tr/64" "$EZ_NOTEL" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy \
       --pin -- "telpin/on/$tr/64" "$EZ" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy --pin
+    # The placebo, pinned: the same code laid out differently ("on" is the aligned build).
+    pair "$round" "placebo/off/$tr/64" "$EZ_NOTEL" perf -c fanout -T "$tr" -s 64 "${PA[@]}" \
+      --copy --pin -- "placebo/on/$tr/64" "$EZ_NOTEL_AL" perf -c fanout -T "$tr" -s 64 "${PA[@]}" \
+      --copy --pin
   done
 done
 record limits 99 "$LIM" --json
@@ -378,9 +391,11 @@ for tr in ZT:
     # either places it below; otherwise this run cannot tell.
     a, b = tel_ratio(tr), tel_ratio(tr, kind="telpin")
     ca, cb = median_ci(tel_pairs(tr)), median_ci(tel_pairs(tr, kind="telpin"))
-    name = "telemetry in/out, %s 64 B (median of pairs, unpinned %s and pinned %s; 90%% intervals %s, %s)" % (
+    pl, cpl = tel_ratio(tr, kind="placebo"), median_ci(tel_pairs(tr, kind="placebo"))
+    name = "telemetry in/out, %s 64 B (median of pairs, unpinned %s and pinned %s; 90%% intervals %s, %s; placebo, same code laid out differently: %s, %s)" % (
         tr, "%.3f" % a if a else "n/a", "%.3f" % b if b else "n/a",
-        "%.2f–%.2f" % ca if ca else "n/a", "%.2f–%.2f" % cb if cb else "n/a")
+        "%.2f–%.2f" % ca if ca else "n/a", "%.2f–%.2f" % cb if cb else "n/a",
+        "%.3f" % pl if pl else "n/a", "%.2f–%.2f" % cpl if cpl else "n/a")
     if not (a and b and ca and cb):
         verdict = "no data"
     elif ca[0] >= 0.97 and cb[0] >= 0.97:
@@ -531,6 +546,21 @@ for tr in ZT:
           "%.3f–%.3f" % ci if ci else "n/a",
           "%.3f" % statistics.median(fastp) if fastp else "n/a", len(fastp),
           ratio(med(a, "msgs_per_s"), med(b, "msgs_per_s")), ratio(sa[2] if sa else None, sb[2] if sb else None)))
+w("")
+w("**The placebo.** The telemetry-off tree against itself built with `-falign-functions=64`, "
+  "pinned, in the same rounds: the code is the same, only where it lies in memory differs. Its "
+  "ratio is how far layout alone moves a comparison of two builds here; a telemetry ratio within "
+  "the placebo's distance from 1 cannot be told from layout.")
+w("")
+w("| transport | aligned/plain msgs/s | median of pairs | its 90% interval |")
+w("|---|---|---|---|")
+for tr in ZT:
+    v = tel_pairs(tr, kind="placebo")
+    ci = median_ci(v)
+    w("| %s | %s / %s | %s (%d pairs, %s–%s) | %s |" % (tr, cell("placebo/on/%s/64" % tr, "msgs_per_s"),
+      cell("placebo/off/%s/64" % tr, "msgs_per_s"), "%.3f" % statistics.median(v) if v else "n/a",
+      len(v), "%.2f" % min(v) if v else "n/a", "%.2f" % max(v) if v else "n/a",
+      "%.3f–%.3f" % ci if ci else "n/a"))
 w("")
 
 # ---- limits
