@@ -460,10 +460,8 @@ static bool slot_blocked(ez_pub *p, uint32_t idx, uint64_t bytes) {
  * from the clock only when there is something to wait for (*deadline 0: not yet). */
 static int wait_slot(ez_pub *p, uint64_t bytes, int timeout_ms, uint64_t *deadline) {
   uint32_t idx = (uint32_t)(p->next_id % p->nbuf);
-  if (!p->closing && p->running && !slot_blocked(p, idx, bytes)) return 0; /* the usual case */
   bool polled = false;
-  while (!p->closing &&
-         (!p->running || slot_busy(p, idx) || ring_switch_waits(p) || ezi_win_full(p, bytes))) {
+  while (!p->closing && (!p->running || slot_blocked(p, idx, bytes))) {
     if (!*deadline) *deadline = ezi_deadline(timeout_ms);
     if (!polled && p->running) {
       polled = true;

@@ -14,8 +14,8 @@ typedef struct ezi_tx_frame {
   uint64_t msg_id;  /* (not in X_TCP: 0) */
   const char *name; /* TX_SHM: the segment name, X_RING: the ring's (a view, not NUL-terminated) */
   size_t name_len;
-  const uint8_t
-      *body; /* TX_TCP: the marshalled message, `size` bytes; X_TCP: the payload (views) */
+  /* TX_TCP: the marshalled message, `size` bytes; X_TCP: the payload (views) */
+  const uint8_t *body;
   uint64_t size;
   uint64_t win_msgs, win_bytes; /* X_WIN: the window in messages, and its byte budget */
   size_t used;                  /* bytes the frame takes (complete) */
