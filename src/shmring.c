@@ -3,7 +3,10 @@
 #include "internal.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,14 +29,56 @@ static void map_into(void *base, size_t size, uint32_t nbuf, ezi_ring *out) {
   out->nbuf = nbuf;
 }
 
+/* The creator's pid, if name is a ring's name ("psm_r" <pid> "_" <8 hex digits>), else 0. */
+static pid_t ring_owner(const char *name) {
+  if (strncmp(name, "psm_r", 5)) return 0;
+  const char *c = name + 5;
+  uint64_t pid = 0;
+  int digits = 0;
+  for (; *c >= '0' && *c <= '9' && digits < 10; c++, digits++)
+    pid = pid * 10 + (uint64_t)(*c - '0');
+  if (!digits || *c++ != '_' || pid == 0 || pid > INT32_MAX) return 0;
+  for (int i = 0; i < 8; i++, c++)
+    if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f'))) return 0;
+  return *c ? 0 : (pid_t)pid;
+}
+
+int ezi_ring_sweep(time_t min_age_s) {
+  DIR *d = opendir("/dev/shm");
+  if (!d) return 0;
+  int n = 0;
+  time_t now = time(NULL);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    pid_t pid = ring_owner(e->d_name);
+    if (!pid || pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;
+    struct stat st;
+    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) ||
+        st.st_uid != geteuid() || now - st.st_mtime < min_age_s)
+      continue;
+    char path[sizeof e->d_name + 1];
+    snprintf(path, sizeof path, "/%s", e->d_name);
+    if (shm_unlink(path) == 0) {
+      EZI_DEBUG("removed %s, a notice ring its dead publisher left", e->d_name);
+      n++;
+    }
+  }
+  closedir(d);
+  return n;
+}
+
+static void sweep_once(void) { ezi_ring_sweep(EZI_RING_STALE_S); }
+
 int ezi_ring_create(uint32_t nbuf, ezi_ring *out, char name[EZI_SHM_NAME_MAX + 1]) {
   *out = (ezi_ring){0};
+  static pthread_once_t swept = PTHREAD_ONCE_INIT;
+  pthread_once(&swept, sweep_once);
   size_t size = ring_size(nbuf);
   for (int tries = 0; tries < 16; tries++) {
     uint32_t r = 0;
     if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
       r = (uint32_t)(ezi_now_ns() * 2654435761u) ^ (uint32_t)getpid() ^ (uint32_t)tries;
-    snprintf(name, EZI_SHM_NAME_MAX + 1, "psm_%08x", (unsigned)r);
+    snprintf(name, EZI_SHM_NAME_MAX + 1, "psm_r%u_%08x", (unsigned)getpid(), (unsigned)r);
     char path[EZI_SHM_NAME_MAX + 2];
     snprintf(path, sizeof path, "/%s", name);
     int fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

@@ -8,7 +8,9 @@
  * of four cache lines (magic and num_buffers; `published`; `pub_wants`; `rx_sleep` and
  * `start_gen`), then num_buffers entries of one cache line each. The publisher creates it (mode
  * 0600) and sends its name; the channel maps it and removes the name at once, so a crash of either
- * side leaves nothing in /dev/shm. */
+ * side leaves nothing in /dev/shm. If both die before that (the publisher between creating it and
+ * the channel mapping it), the name stays behind; it carries the creator's pid, so that the next
+ * ezmsg-c process to create a ring removes it (ezi_ring_sweep). */
 #ifndef EZI_SHMRING_H
 #define EZI_SHMRING_H
 
@@ -16,6 +18,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #define EZI_RING_MAGIC 0x31474e4952205a45ull /* "EZ RING1" */
 
@@ -44,15 +47,27 @@ typedef struct ezi_ring {
   uint32_t nbuf;
 } ezi_ring;
 
-/* Creates and maps a ring for num_buffers slots under a new random name ("psm_" + 8 hex digits,
- * written to name). EZ_ENOMEM / EZ_ESYS (logged). The caller removes the name (ezi_shm_unlink)
- * once the channel has mapped it or is gone. */
+/* A ring name older than this whose creator is gone is left over (ezi_ring_sweep). */
+#define EZI_RING_STALE_S 60
+
+/* Creates and maps a ring for num_buffers slots under a new name ("psm_r" + this process's pid +
+ * "_" + 8 random hex digits, written to name). EZ_ENOMEM / EZ_ESYS (logged). The caller removes
+ * the name (ezi_shm_unlink) once the channel has mapped it or is gone. The first call in a
+ * process sweeps leftovers first (ezi_ring_sweep(EZI_RING_STALE_S)). */
 int ezi_ring_create(uint32_t num_buffers, ezi_ring *out, char name[EZI_SHM_NAME_MAX + 1]);
 
 /* Maps the ring `name` (n bytes, not NUL-terminated), checks that it is one for num_buffers slots
  * (size and magic), and only then removes the name. EZ_EPROTO if it is not such a ring or not a
  * valid name, EZ_ENOENT / EZ_ESYS otherwise. */
 int ezi_ring_attach(const char *name, size_t n, uint32_t num_buffers, ezi_ring *out);
+
+/* Removes from /dev/shm the ring names (only those: the name's shape above) of this user whose
+ * creator process no longer exists (kill(pid, 0) says ESRCH) and that are at least min_age_s
+ * seconds old. The age keeps a pid namespace of its own, whose live pids this process cannot
+ * see, from losing a ring mid-handshake: a live ring is named only for the handshake's few
+ * milliseconds (or while a channel that never maps it stays connected). Returns how many it
+ * removed. Any thread; reads the directory once. */
+int ezi_ring_sweep(time_t min_age_s);
 
 /* Unmaps; idempotent, safe on a zeroed ring. */
 void ezi_ring_detach(ezi_ring *r);

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define TMO 30000
@@ -52,6 +54,47 @@ static void test_create_attach(void **state) {
   ezi_ring_detach(&a);
   ezi_ring_detach(&b);
   ezi_ring_detach(&b); /* idempotent */
+}
+
+/* A file in /dev/shm named name, mtime age_s seconds ago. */
+static void make_shm_file(const char *name, time_t age_s) {
+  char path[128];
+  snprintf(path, sizeof path, "/dev/shm/%s", name);
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  assert_true(fd >= 0);
+  assert_int_equal(ftruncate(fd, 4096), 0);
+  struct timespec t[2] = {{.tv_sec = time(NULL) - age_s}, {.tv_sec = time(NULL) - age_s}};
+  assert_int_equal(futimens(fd, t), 0);
+  close(fd);
+}
+
+/* Rings left by a publisher and a channel that both died mid-handshake: removed once their
+ * creator is gone and they are old enough; nothing else is touched. */
+static void test_sweep_leftovers(void **state) {
+  (void)state;
+  pid_t dead = fork(); /* a pid that existed and no longer does */
+  if (dead == 0) _exit(0);
+  assert_true(dead > 0);
+  assert_int_equal(waitpid(dead, NULL, 0), dead);
+  char stale[64], young[64], mine[64], other[64];
+  snprintf(stale, sizeof stale, "psm_r%d_%08x", (int)dead, 0x5eed0001u);
+  snprintf(young, sizeof young, "psm_r%d_%08x", (int)dead, 0x5eed0002u);
+  snprintf(mine, sizeof mine, "psm_r%d_%08x", (int)getpid(), 0x5eed0003u);
+  snprintf(other, sizeof other, "psm_r%d_%08x_x", (int)dead, 0x5eed0004u); /* not a ring name */
+  make_shm_file(stale, 3600);
+  make_shm_file(young, 0);
+  make_shm_file(mine, 3600);
+  make_shm_file(other, 3600);
+  assert_true(ezi_ring_sweep(60) >= 1); /* >=: a leftover of another run may go too */
+  assert_false(shm_exists(stale));
+  assert_true(shm_exists(young));
+  assert_true(shm_exists(mine));
+  assert_true(shm_exists(other));
+  assert_int_equal(ezi_ring_sweep(0) >= 1, 1); /* age 0: the young one goes as well */
+  assert_false(shm_exists(young));
+  assert_true(shm_exists(mine));
+  assert_int_equal(shm_unlink(mine), 0);
+  assert_int_equal(shm_unlink(other), 0);
 }
 
 static void test_attach_refuses(void **state) {
@@ -252,6 +295,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_create_attach),
       cmocka_unit_test(test_attach_refuses),
+      cmocka_unit_test(test_sweep_leftovers),
       cmocka_unit_test_setup_teardown(test_stream_through_ring, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_stream_without_ring, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_ring_wrong_entry, th_setup, th_teardown),
