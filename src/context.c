@@ -77,7 +77,13 @@ bool ezi_outbox_put_locked(ezi_outbox *ob, const void *p1, size_t n1, const void
   size_t s1 = sent < n1 ? sent : n1, s2 = sent - s1; /* what was sent of each part */
   const uint8_t *r1 = s1 < n1 ? (const uint8_t *)p1 + s1 : NULL;
   const uint8_t *r2 = s2 < n2 ? (const uint8_t *)p2 + s2 : NULL;
-  if (ezi_buf_put2(&ob->pending, r1, n1 - s1, r2, n2 - s2)) return false;
+  if (ezi_buf_put2(&ob->pending, r1, n1 - s1, r2, n2 - s2)) {
+    /* Out of memory: this frame, or the rest of it, is lost, so the stream is broken. The outbox
+     * dies; the I/O thread's next flush reports the link lost and its owner closes it (the peer
+     * joins again). */
+    EZI_WARN("out of memory queueing %zu bytes for a socket; dropping the link", n1 + n2 - sent);
+    ob->dead = true;
+  }
   if (ob->queued) return false;
   ob->queued = true;
   return true;
@@ -137,6 +143,10 @@ int ezi_outbox_flush(ezi_outbox *ob) {
       }
     }
     pthread_mutex_lock(&ob->mu);
+    if (ob->dead) { /* a frame could not be queued (ezi_outbox_put_locked) */
+      pthread_mutex_unlock(&ob->mu);
+      return EZ_ECONNLOST;
+    }
     if (!ezi_buf_pending(&ob->pending)) {
       ob->queued = false;
       pthread_mutex_unlock(&ob->mu);

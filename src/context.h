@@ -125,7 +125,9 @@ void ezi_outbox_init(ezi_outbox *ob, ezi_watch *w, uint32_t base_events);
 /* Appends bytes (any thread). Returns false if the outbox is dead. */
 bool ezi_outbox_put(ez_context *ctx, ezi_outbox *ob, const void *p, size_t n);
 /* Appends p1[0..n1) then p2[0..n2) with ob->mu held; when the link is idle, writes them straight
- * to the socket instead. Returns true if the caller must call ezi_outbox_kick after unlocking. */
+ * to the socket instead. Returns true if the caller must call ezi_outbox_kick after unlocking.
+ * Out of memory, the frame is lost and so is the link: the outbox dies (logged), and its next
+ * flush reports EZ_ECONNLOST, so that the I/O thread closes the link. */
 bool ezi_outbox_put_locked(ezi_outbox *ob, const void *p1, size_t n1, const void *p2, size_t n2);
 void ezi_outbox_kick(ez_context *ctx, ezi_outbox *ob);
 /* Appends a small frame that someone waits for (a wake-up): on an idle link it is written from
@@ -134,12 +136,12 @@ bool ezi_outbox_put_now(ez_context *ctx, ezi_outbox *ob, const void *p, size_t n
 /* Appends PROFILE_DATA with j as compact JSON ("{}" if j is NULL or cannot be written) and drops
  * the reference to j. Any thread. */
 void ezi_outbox_put_profile(ez_context *ctx, ezi_outbox *ob, json_t *j);
-/* I/O thread: writes what is pending; EZ_ECONNLOST if the socket failed. */
+/* I/O thread: writes what is pending; EZ_ECONNLOST if the socket failed or the outbox died. */
 int ezi_outbox_flush(ezi_outbox *ob);
-/* I/O thread: marks dead and unlinks from the dirty list; frees the buffers. */
 /* Sets the events the outbox's socket is watched for besides EPOLLOUT (which it arms itself while
  * it has bytes to write): a reader pauses by leaving EPOLLIN out. I/O thread. */
 void ezi_outbox_set_events(ezi_outbox *ob, uint32_t base_events);
+/* I/O thread: marks dead and unlinks from the dirty list; frees the buffers. */
 void ezi_outbox_close(ez_context *ctx, ezi_outbox *ob);
 
 /* Registry lookups (ctx->mu held by the caller or I/O thread only). find_chan skips failed

@@ -1,7 +1,10 @@
-/* Out of memory on the data path. This binary is linked with -Wl,--wrap=malloc,--wrap=calloc
- * (tests/CMakeLists.txt): every malloc and calloc of the library and of this file goes through the
- * wrappers below, which fail the next `g_fail_count` allocations of exactly `g_fail_size` bytes (a
- * size no other allocation here has, so the failure lands where the test aims it).
+/* Out of memory on the data path. This binary is linked with
+ * -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc (tests/CMakeLists.txt): every malloc, calloc and
+ * realloc of the library and of this file goes through the wrappers below. malloc and calloc fail
+ * the next `g_fail_count` allocations of exactly `g_fail_size` bytes (a size no other allocation
+ * here has, so the failure lands where the test aims it); realloc fails the next
+ * `g_realloc_fails` calls for REALLOC_FAIL_MIN bytes or more made by a thread that asked for it
+ * (t_realloc_fail).
  *
  * - A TCP stream from an ezmsg-c publisher in another process: the buffer for an arriving
  *   message without a window (channel.c), the TCP window's bookkeeping when it starts, or a chunk
@@ -9,10 +12,14 @@
  *   subscriber joins again by itself, and the stream goes on: every message received is intact
  *   and in order, and messages keep coming after the failure.
  * - A large in-process message whose hot buffer cannot be allocated (src/pubhot.c): ez_publish
- *   puts it in its slot instead, and the subscriber gets it intact. */
+ *   puts it in its slot instead, and the subscriber gets it intact.
+ * - A publisher in this process whose outbox to a TCP channel cannot grow (src/context.c): the
+ *   frame is lost with the link, the subscriber in another process joins again, and what it
+ *   prints is whole messages in order, the stream going on after the failure. */
 #include "channel.h"
 #include "harness.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +31,8 @@ void *__real_malloc(size_t n);
 void *__wrap_malloc(size_t n);
 void *__real_calloc(size_t n, size_t size);
 void *__wrap_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t n);
+void *__wrap_realloc(void *p, size_t n);
 
 static size_t g_fail_size; /* atomic */
 static int g_fail_skip;    /* atomic: allocations of that size still to let through first */
@@ -52,6 +61,20 @@ void *__wrap_calloc(size_t n, size_t size) {
   return n && size <= SIZE_MAX / n && fail_this(n * size) ? NULL : __real_calloc(n, size);
 }
 
+#define REALLOC_FAIL_MIN 4096
+static _Thread_local bool t_realloc_fail; /* this thread's reallocs may fail */
+static int g_realloc_fails;               /* atomic: failures still to make */
+static int g_realloc_failed;              /* atomic: failures made */
+
+void *__wrap_realloc(void *p, size_t n) {
+  if (t_realloc_fail && n >= REALLOC_FAIL_MIN &&
+      __atomic_sub_fetch(&g_realloc_fails, 1, __ATOMIC_SEQ_CST) >= 0) {
+    __atomic_add_fetch(&g_realloc_failed, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+  }
+  return __real_realloc(p, n);
+}
+
 /* Fails `count` allocations of `size` bytes, after `skip` of them went through. */
 static void fail_after(size_t size, int skip, int count) {
   __atomic_store_n(&g_failed, 0, __ATOMIC_SEQ_CST);
@@ -63,6 +86,8 @@ static void fail_after(size_t size, int skip, int count) {
 static void fail_none(void) {
   __atomic_store_n(&g_fail_size, 0, __ATOMIC_SEQ_CST);
   __atomic_store_n(&g_fail_count, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&g_realloc_fails, 0, __ATOMIC_SEQ_CST);
+  t_realloc_fail = false;
 }
 
 static int teardown(void **state) {
@@ -240,6 +265,117 @@ static void test_hot_buffer_fails(void **state) {
   ez_context_close(ctx);
 }
 
+/* ---- the publisher's outbox ---------------------------------------------------------------- */
+
+/* Text messages (so that `ezmsg sub` prints them as they are): 10 digits, a space, then letters
+ * that depend on the number. 8000 bytes: below the size a publisher writes to an idle socket
+ * directly, so every frame goes through the outbox. */
+#define LINE 8000
+
+static void line_fill(char *b, uint64_t k) {
+  snprintf(b, LINE + 1, "%010llu ", (unsigned long long)k);
+  for (size_t i = 11; i < LINE; i++)
+    b[i] = (char)('a' + (k + i) % 26);
+}
+
+/* The number of a line `ezmsg sub` printed, or UINT64_MAX if it is not a whole message. */
+static uint64_t line_number(const char *l, size_t n) {
+  if (n != LINE) return UINT64_MAX;
+  char *end;
+  uint64_t k = strtoull(l, &end, 10);
+  if (end != l + 10 || *end != ' ') return UINT64_MAX;
+  for (size_t i = 11; i < LINE; i++)
+    if (l[i] != (char)('a' + (k + i) % 26)) return UINT64_MAX;
+  return k;
+}
+
+typedef struct reader {
+  int fd;
+  int lines, after, damaged, disorder; /* atomic */
+  uint64_t last;
+} reader;
+
+/* Reads the subscriber's lines until EOF: counts them, and those after the failure. */
+static void *read_lines(void *arg) {
+  reader *r = arg;
+  FILE *f = fdopen(r->fd, "r");
+  char *l = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  r->last = UINT64_MAX;
+  while (f && (n = getline(&l, &cap, f)) > 0) {
+    if (l[n - 1] != '\n') break; /* a last line cut short by our SIGTERM */
+    n--;
+    uint64_t k = line_number(l, (size_t)n);
+    if (k == UINT64_MAX)
+      __atomic_add_fetch(&r->damaged, 1, __ATOMIC_SEQ_CST);
+    else if (r->last != UINT64_MAX && k <= r->last)
+      __atomic_add_fetch(&r->disorder, 1, __ATOMIC_SEQ_CST);
+    r->last = k;
+    __atomic_add_fetch(&r->lines, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&g_realloc_failed, __ATOMIC_SEQ_CST))
+      __atomic_add_fetch(&r->after, 1, __ATOMIC_SEQ_CST);
+  }
+  free(l);
+  if (f) fclose(f);
+  return NULL;
+}
+
+static void test_outbox_grow_fails(void **state) {
+  (void)state;
+  ez_context *ctx = NULL;
+  assert_int_equal(ez_context_open(th_addr, &ctx), 0);
+  ez_pub_opts o;
+  ez_pub_opts_init(&o);
+  o.force_tcp = true;
+  ez_pub *p = NULL;
+  assert_int_equal(ez_pub_create(ctx, "/nomem/outbox", &o, &p), 0);
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  pid_t sub = th_spawn_cli(fds[1], "sub", "--address", th_addr, "/nomem/outbox", NULL);
+  close(fds[1]);
+  reader r = {.fd = fds[0]};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, read_lines, &r), 0);
+  int64_t end = th_now_ms() + TMO;
+  while (ez_pub_num_channels(p) < 1 && th_now_ms() < end)
+    th_sleep_ms(10);
+  assert_int_equal(ez_pub_num_channels(p), 1);
+  /* This thread's first realloc of 4 KiB or more is the outbox's for the first frame. */
+  __atomic_store_n(&g_realloc_failed, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&g_realloc_fails, 1, __ATOMIC_SEQ_CST);
+  t_realloc_fail = true;
+  char *b = malloc(LINE + 1);
+  assert_non_null(b);
+  uint64_t k = 0;
+  bool dropped = false; /* the link went after the failure: the frame was not lost silently */
+  while (__atomic_load_n(&r.after, __ATOMIC_SEQ_CST) < 200 && th_now_ms() < end) {
+    line_fill(b, k);
+    int rc = ez_publish(p, b, LINE, 1000);
+    if (rc == EZ_ETIMEDOUT) continue; /* nothing sent: the same number again */
+    assert_int_equal(rc, 0);
+    k++;
+    if (!ez_pub_num_channels(p)) { /* between the link's drop and the rejoin */
+      dropped |= __atomic_load_n(&g_realloc_failed, __ATOMIC_SEQ_CST) > 0;
+      th_sleep_ms(1);
+    }
+  }
+  fail_none();
+  int failed = __atomic_load_n(&g_realloc_failed, __ATOMIC_SEQ_CST);
+  assert_int_equal(th_stop(sub, SIGTERM, 5000) & 0x7f, 0);
+  pthread_join(t, NULL);
+  print_message("    %llu published, %d lines printed, %d after the failure\n",
+                (unsigned long long)k, r.lines, r.after);
+  assert_int_equal(failed, 1);
+  assert_true(dropped);
+  assert_int_equal(r.damaged, 0);
+  assert_int_equal(r.disorder, 0);
+  assert_true(r.after >= 200); /* the stream went on after the failure */
+  free(b);
+  ez_pub_destroy(p);
+  ez_context_close(ctx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_tcp_buffer_fails, th_setup, teardown),
@@ -247,6 +383,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_tcp_first_chunk_fails, th_setup, teardown),
       cmocka_unit_test_setup_teardown(test_tcp_next_chunk_fails, th_setup, teardown),
       cmocka_unit_test_setup_teardown(test_hot_buffer_fails, th_setup, teardown),
+      cmocka_unit_test_setup_teardown(test_outbox_grow_fails, th_setup, teardown),
       cmocka_unit_test_setup_teardown(test_large_messages_reuse_chunks, th_setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
