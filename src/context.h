@@ -150,8 +150,8 @@ ez_pub *ezi_ctx_find_pub(ez_context *ctx, const char *id);
 chan *ezi_ctx_find_chan(ez_context *ctx, const char *pub_id);
 
 /* ---- publisher (publisher.c) --------------------------------------------------------------- */
-/* A receiver freed the local slot the publisher waits for (or it waits for any): takes pub->mu,
- * collects the freed slots and wakes it. Any thread. */
+/* A receiver freed the local slot the publisher waits for (or it waits for any): takes pub->mu
+ * and wakes it (ezi_pub_ring_wake). Any thread. */
 void ezi_pub_local_wake(ez_pub *pub);
 /* Attaches the process's local channel (EZ_ENOMEM) or, with c NULL, detaches it. I/O thread. */
 int ezi_pub_set_local(ez_pub *pub, chan *c);

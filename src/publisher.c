@@ -382,7 +382,12 @@ void ezi_pub_free_locked(ez_pub *p, pub_chan *pc, uint64_t msg_id, uint64_t now)
 }
 
 void ezi_pub_ring_wake(ez_pub *p) {
-  harvest_all(p);
+  /* Whoever waits collects what it waits for when it wakes (wait_slot's slot_blocked, the loop
+   * of ez_pub_flush), and a pending SYNC walks every slot (ezi_pub_check_sync). Only segments a
+   * grow retired have nobody else to look for them. This runs on the releaser's thread for
+   * local channels: a full walk (every slot of every channel) on each wake would slow down the
+   * side that is already the slower one. */
+  if (p->retired) harvest_all(p);
   ezi_pub_check_sync(p);
   if (p->waiters) pthread_cond_broadcast(&p->cv);
 }

@@ -127,7 +127,8 @@ void ezi_pub_free_locked(ez_pub *pub, pub_chan *pc, uint64_t msg_id, uint64_t no
 /* Sends COMPLETE for a pending SYNC once every slot is free. pub->mu held. */
 void ezi_pub_check_sync(ez_pub *pub);
 /* A ring channel's receivers freed a slot the publisher sleeps for (its RX_ACK), or the channel
- * closes: collects what was freed and wakes the publisher. pub->mu held. */
+ * closes: wakes the publisher (which collects what was freed) and answers a pending SYNC that
+ * is now complete. pub->mu held. */
 void ezi_pub_ring_wake(ez_pub *pub);
 /* Channel pc closes: its ring's slots are freed and the ring unmapped. pub->mu held. */
 void ezi_pub_ring_close(ez_pub *pub, pub_chan *pc, uint64_t now);
