@@ -34,6 +34,7 @@ typedef struct ezi_seg {
   uint8_t *priv; /* private memory (when the publisher could not map the server's) */
   int lease_fd;  /* graph-server lease, -1 if none */
   bool creator;  /* we asked the server for it: if the server dies, we unlink it */
+  bool unlinked; /* atomic: we removed its name (ezi_seg_orphaned), not to be removed again */
 } ezi_seg;
 
 /* Leases `name` at the graph server and maps it. */
@@ -67,6 +68,14 @@ static inline uint8_t *ezi_seg_data(const ezi_seg *s, uint64_t i) {
 static inline uint64_t ezi_seg_room(const ezi_seg *s) { return s->shm.stride - 16; }
 void ezi_seg_ref(ezi_seg *s);
 void ezi_seg_unref(ezi_seg *s);
+/* True if the graph server hung up on s's lease, waiting up to wait_ms for it (0: just look).
+ * False for a segment without a lease. The caller holds a reference. Any thread. */
+bool ezi_seg_server_gone(ezi_seg *s, int wait_ms);
+/* The server that leased s is gone (ezi_seg_server_gone): if we asked for s, removes its name now
+ * rather than at the last unref, since nobody else will and this process may not live to do it
+ * (mappings stay valid; with the server gone, nobody can join s by name). NULL: no-op. Once per
+ * segment; any thread, with a reference held. */
+void ezi_seg_orphaned(ezi_seg *s);
 
 /* Segments a publisher replaced (grew) while messages in them were still held. */
 typedef struct ezi_seg_chain {
@@ -159,6 +168,10 @@ int ezi_pub_set_local(ez_pub *pub, chan *c);
  * two hot buffers (hot[2], malloc'd or NULL) over to the local channel, whose queued messages and
  * views may still live in them. I/O thread. */
 void ezi_pub_hand_over(ez_pub *pub, ezi_seg **seg, ezi_seg_chain **retired, uint8_t **hot);
+/* The publisher lost its graph connection: if the server died (its lease hangs up within
+ * LEASE_HANGUP_WAIT_MS), removes the names of the segments it asked for (ezi_seg_orphaned), so
+ * that a SIGKILL of this process afterwards leaves nothing in /dev/shm. I/O thread. */
+void ezi_pub_graph_gone(ez_pub *pub);
 uint32_t ezi_pub_num_buffers(const ez_pub *pub);
 /* Profile JSON of a publisher (new reference). */
 json_t *ezi_pub_profile(ez_pub *pub, double window_s);

@@ -69,6 +69,25 @@ void ezi_pub_hand_over(ez_pub *p, ezi_seg **seg, ezi_seg_chain **retired, uint8_
   pthread_mutex_unlock(&p->mu);
 }
 
+/* How long a publisher that lost its graph connection waits for the server's hang-up on its
+ * segment's lease: a server that died closes both at once; one that is alive keeps the lease. */
+#define LEASE_HANGUP_WAIT_MS 100
+
+void ezi_pub_graph_gone(ez_pub *p) {
+  pthread_mutex_lock(&p->mu);
+  ezi_seg *s = p->seg;
+  if (s) ezi_seg_ref(s);
+  pthread_mutex_unlock(&p->mu);
+  bool gone = s && ezi_seg_server_gone(s, LEASE_HANGUP_WAIT_MS);
+  ezi_seg_unref(s);
+  if (!gone) return;
+  pthread_mutex_lock(&p->mu);
+  ezi_seg_orphaned(p->seg);
+  for (ezi_seg_chain *c = p->retired; c; c = c->next)
+    ezi_seg_orphaned(c->seg);
+  pthread_mutex_unlock(&p->mu);
+}
+
 /* ---- creation ------------------------------------------------------------------------------ */
 
 static int listen_socket(const ez_pub_opts *o, int *fd_out) {

@@ -69,6 +69,7 @@ static void on_graph(ezi_watch *w, uint32_t ev) {
   if (n < 0) {
     EZI_WARN("publisher %s: lost the graph server", p->topic);
     graph_close(p);
+    ezi_pub_graph_gone(p); /* if the server died, our segments' names are ours to remove */
   }
 }
 

@@ -102,20 +102,36 @@ int ezi_seg_private(const char *name, uint64_t num_buffers, uint64_t buf_size, e
 
 void ezi_seg_ref(ezi_seg *s) { __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED); }
 
-/* True if the graph server has hung up on our lease (it died, or stopped). */
-static bool server_gone(int lease_fd) {
+/* True if the graph server has hung up on our lease (it died, or stopped), waiting up to wait_ms
+ * for it. The server sends nothing on a lease, so anything readable is its hang-up. */
+static bool server_gone(int lease_fd, int wait_ms) {
   struct pollfd p = {.fd = lease_fd, .events = POLLIN};
-  if (poll(&p, 1, 0) <= 0) return false;
+  int r;
+  while ((r = poll(&p, 1, wait_ms)) < 0 && errno == EINTR) {
+  }
+  if (r <= 0) return false;
   char b;
   ssize_t n = recv(lease_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
   return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+bool ezi_seg_server_gone(ezi_seg *s, int wait_ms) {
+  return s->lease_fd >= 0 && server_gone(s->lease_fd, wait_ms);
+}
+
+void ezi_seg_orphaned(ezi_seg *s) {
+  if (!s || !s->creator || s->lease_fd < 0) return;
+  if (!__atomic_exchange_n(&s->unlinked, true, __ATOMIC_ACQ_REL)) {
+    ezi_shm_unlink(s->shm.name);
+    EZI_DEBUG("the graph server is gone: removed the name of our segment %s", s->shm.name);
+  }
 }
 
 void ezi_seg_unref(ezi_seg *s) {
   if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
   /* Normally the server unlinks a segment with its last lease. A server that died cannot: then
    * whoever asked for the segment removes its name (mappings elsewhere stay valid). */
-  if (s->creator && s->lease_fd >= 0 && server_gone(s->lease_fd)) ezi_shm_unlink(s->shm.name);
+  if (s->creator && ezi_seg_server_gone(s, 0)) ezi_seg_orphaned(s);
   if (s->priv)
     free(s->priv);
   else

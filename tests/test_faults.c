@@ -10,6 +10,8 @@
  *  - test_server_killed: every client call fails within its timeout, a waiting ez_recv wakes up
  *    with EZ_ECONNLOST, `ezmsg sub` exits 1 with a message, the data plane itself goes on.
  *  - test_server_stopped: calls to a stopped server time out within their timeouts.
+ *  - test_all_killed_server_first: the server, then the publisher and subscriber processes, all
+ *    SIGKILLed: nothing is left in /dev/shm.
  *
  * The fixture, and what it checks at the end of each test, are in faults.h. */
 #include "faults.h"
@@ -331,6 +333,46 @@ static void test_server_killed(void **state) {
   fx_finish(f);
 }
 
+/* How many of the segments this test's processes mapped still have their names. */
+static int names_left(fx *f) {
+  int n = 0;
+  pthread_mutex_lock(&f->mu);
+  for (int i = 0; i < f->nnames; i++) {
+    char p[64];
+    snprintf(p, sizeof p, "/dev/shm/%s", f->names[i]);
+    n += access(p, F_OK) == 0;
+  }
+  pthread_mutex_unlock(&f->mu);
+  return n;
+}
+
+/* The server dies first, then the publisher and subscriber processes, all by SIGKILL. Nobody is
+ * left to remove the publisher's segment but the publisher, and it will not exit: it removes the
+ * name as soon as it sees the server gone (mappings stay valid, and with the server gone nobody
+ * can join the segment), so its SIGKILL afterwards leaves nothing behind. */
+static void test_all_killed_server_first(void **state) {
+  fx *f = *state;
+  pid_t sub = start_sub(f, "sub", "/faults/allkill", NULL);
+  pid_t pub = fx_spawn(f, "pub", "pub", "/faults/allkill", "--address", f->addr, "--message", "x",
+                       "--count", "0", "--rate", "500", NULL);
+  wait_lines(f, "sub.out", 20, sub, 20000); /* over shared memory: the segment is mapped */
+  int64_t t0 = th_now_ms();
+  while (names_left(f) == 0 && th_now_ms() - t0 < 10000)
+    th_sleep_ms(10); /* the sampler has seen it */
+  assert_true(names_left(f) > 0);
+
+  assert_int_equal(fx_kill(f, f->server, SIGKILL), 128 + SIGKILL);
+  t0 = th_now_ms();
+  while (names_left(f) && th_now_ms() - t0 < 10000)
+    th_sleep_ms(10);
+  fx_assert_alive(f, pub, "pub");
+  /* Whatever is still named now stays: fx_finish fails on it (and removes it). */
+  assert_int_equal(fx_kill(f, pub, SIGKILL), 128 + SIGKILL);
+  int st = fx_kill(f, sub, SIGKILL); /* (it may have left by itself: it lost the server) */
+  assert_true(st == 128 + SIGKILL || st == 1);
+  fx_finish(f);
+}
+
 /* The graph server is SIGSTOPped (alive but deaf): calls time out within their timeouts; after
  * SIGCONT everything works again. */
 static void test_server_stopped(void **state) {
@@ -431,6 +473,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_pub_stopped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_server_killed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_server_stopped, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_all_killed_server_first, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
