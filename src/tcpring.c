@@ -117,12 +117,15 @@ static struct ezi_chunk *chunk_new(chan *c, size_t need, size_t have) {
   return k;
 }
 
-/* Keeps chunk k for the next reads, up to the window's byte budget in all (a malloc, page faults
- * and a free per 1 MiB message made large messages 0.78x slower), else frees it. Smaller spares
- * make room for it first: kept standard chunks must not crowd out the large ones a stream of
- * large messages needs (they did, and every 1 MiB message allocated its chunk again). */
+/* Keeps chunk k for the next reads, up to the window's byte budget in all, or k alone if it is
+ * larger than that (a malloc, page faults and a free per message made 1 MiB messages 0.78x
+ * slower, and 8 MiB ones, larger than the budget, 7x slower than 4 MiB ones), else frees it.
+ * Smaller spares make room for it first: kept standard chunks must not crowd out the large ones a
+ * stream of large messages needs (they did, and every 1 MiB message allocated its chunk again).
+ * So the spares hold at most the budget or the largest chunk recycled, whichever is larger. */
 static void chunk_recycle(chan *c, struct ezi_chunk *k) {
-  for (struct ezi_chunk **p = &c->spare_chunks; *p && c->spare_bytes + k->cap > c->win_bytes;) {
+  uint64_t limit = c->win_bytes > k->cap ? c->win_bytes : k->cap;
+  for (struct ezi_chunk **p = &c->spare_chunks; *p && c->spare_bytes + k->cap > limit;) {
     struct ezi_chunk *s = *p;
     if (s->cap >= k->cap) {
       p = &s->next;
@@ -132,7 +135,7 @@ static void chunk_recycle(chan *c, struct ezi_chunk *k) {
     c->spare_bytes -= s->cap;
     free(s);
   }
-  if (c->spare_bytes + k->cap > c->win_bytes) {
+  if (c->spare_bytes + k->cap > limit) {
     free(k);
     return;
   }
