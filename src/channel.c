@@ -54,6 +54,20 @@ bool ezi_chan_sub_idle(chan_sub *cs) {
 /* ---- slots --------------------------------------------------------------------------------- */
 
 uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap) {
+  if (n > EZI_CHAN_SPARE_MAX) {
+    pthread_mutex_lock(&c->mu);
+    uint8_t *p = c->big_spare;
+    size_t have = c->big_spare_cap;
+    c->big_spare = NULL;
+    pthread_mutex_unlock(&c->mu);
+    if (p && have >= n) {
+      *cap = have;
+      return p;
+    }
+    free(p); /* too small for this one */
+    *cap = n;
+    return malloc(n);
+  }
   uint32_t h = c->spare_head, t = __atomic_load_n(&c->spare_tail, __ATOMIC_ACQUIRE);
   if (h != t) {
     uint8_t *p = c->spare[h % EZI_CHAN_SPARES].p;
@@ -73,8 +87,14 @@ uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap) {
  * while there is room and it is small, else freed. */
 static void buf_give(chan *c, uint8_t *p, size_t cap) {
   if (!p) return;
+  if (cap > EZI_CHAN_SPARE_MAX) { /* the last one is kept */
+    free(c->big_spare);
+    c->big_spare = p;
+    c->big_spare_cap = cap;
+    return;
+  }
   uint32_t t = c->spare_tail, h = __atomic_load_n(&c->spare_head, __ATOMIC_ACQUIRE);
-  if (cap > EZI_CHAN_SPARE_MAX || t - h >= EZI_CHAN_SPARES) {
+  if (t - h >= EZI_CHAN_SPARES) {
     free(p);
     return;
   }
@@ -393,6 +413,7 @@ static void chan_destroy(chan *c) {
     slot_clear(c, &c->slots[i]);
   for (uint32_t h = c->spare_head; h != c->spare_tail; h++)
     free(c->spare[h % EZI_CHAN_SPARES].p);
+  free(c->big_spare);
   ezi_lchan_ring_free(c);
   ezi_tcpring_free(c);
   ezi_seg_unref(c->seg);

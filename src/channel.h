@@ -8,8 +8,9 @@
 #include "txframe.h"
 
 /* Spare TX_TCP buffers a channel with slots keeps (chan.spare): at most this many, of at most
- * this size (bigger ones are freed): at most 8 MiB per channel, and only once that much was in
- * flight at the same time (num_buffers messages). A TCP ring reads into chunks instead (below). */
+ * this size: at most 8 MiB per channel, and only once that much was in flight at the same time
+ * (num_buffers messages). Of the bigger ones, only the last is kept (chan.big_spare). A TCP ring
+ * reads into chunks instead (below). */
 #define EZI_CHAN_SPARES 1024u
 #define EZI_CHAN_SPARE_MAX 8192u
 
@@ -146,6 +147,11 @@ struct chan {
     size_t cap;
   } spare[EZI_CHAN_SPARES];
   uint32_t spare_head, spare_tail; /* atomic: the I/O thread moves head, the filler tail */
+  /* The last buffer larger than EZI_CHAN_SPARE_MAX a release freed (c->mu): one at most, so that
+   * a stream of large messages (from a Python publisher, say) does not allocate, fault in and
+   * free a buffer per message. */
+  uint8_t *big_spare;
+  size_t big_spare_cap;
   ezi_seg *seg;
   uint64_t hs_timer; /* the registration's, then the handshake's deadline */
   bool reg_sent;     /* the CHANNEL request went out (registration) */
@@ -177,7 +183,7 @@ void ezi_chan_link_close(chan *c);
 int ezi_chan_link_done(chan *c, int rc);
 /* A buffer of at least n bytes for a TX_TCP frame's bytes: a spare one a release gave back, or a
  * new one (at least 256 bytes, so that small sizes share them); *cap gets its size. NULL when
- * out of memory. I/O thread only. */
+ * out of memory. I/O thread only, c->mu not held (it takes it for a large buffer). */
 uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap);
 /* Stores a validated message (taking `owned`, a buffer of owned_cap bytes from
  * ezi_chan_buf_take, or NULL) and notifies the subscribers (c->mu held). Returns 1 if someone
