@@ -5,9 +5,9 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
