@@ -162,6 +162,16 @@ for round in $(seq 1 "$ROUNDS"); do
       record "nowin/ours/tcp/64" "$round" env EZMSG_TCP_WINDOW=0 "$EZ" perf -c fanout -T tcp \
         -s 64 "${PA[@]}" --copy
     fi
+    # 16 MiB, above the TCP window's byte budget and glibc's mmap threshold: where a message
+    # that allocates, faults in and frees a buffer of its own would show (session 11 found a 7x
+    # drop from 4 to 8 MiB over TCP by hand). Ours alone, against our 1 MiB row.
+    # A warm-up of 1 s: the first pass over 32 buffers of 16 MiB (page faults) takes most of it.
+    BA=(-d "$DURATION" -w 1 --json -q --copy)
+    record "big/ours/$tr/16777216" "$round" "$EZ" perf -c fanout -T "$tr" -s 16777216 "${BA[@]}"
+    if [ "$tr" = tcp ]; then
+      record "bignowin/ours/tcp/16777216" "$round" env EZMSG_TCP_WINDOW=0 "$EZ" perf -c fanout \
+        -T tcp -s 16777216 "${BA[@]}"
+    fi
     # Polling before sleeping turned off (EZMSG_SPIN_US=0), next to the default of the same round.
     pair "$round" "spin0/thr/$tr/64" env EZMSG_SPIN_US=0 "$EZ" perf -c fanout -T "$tr" -s 64 \
       "${PA[@]}" --copy -- "spin0/pp/$tr/64" env EZMSG_SPIN_US=0 "$EZ" perf -c pingpong -T "$tr" \
@@ -464,6 +474,24 @@ w("|---|---|---|---|---|")
 k, kn, kz = "thr/ours/tcp/64", "nowin/ours/tcp/64", "thr/zmq/tcp/64"
 w("| tcp | %s | %s | %s | %s |" % (fmt(med(k, "msgs_per_s")), cell(kn, "msgs_per_s"),
   ratio(med(k, "msgs_per_s"), med(kn, "msgs_per_s")), fmt(med(kz, "msgs_per_s"))))
+w("")
+
+# ---- large messages
+w("## Large messages, 16 MiB")
+w("")
+w("Ours alone, with a copy (`ezmsg perf --copy -s 16777216`), in the same rounds. 16 MiB is above "
+  "the TCP window's byte budget (8 MiB): a receiver that allocated, faulted in and freed a buffer "
+  "for each such message would fall far below its 1 MiB rate here (session 11 fixed such a drop, "
+  "7x from 4 to 8 MiB over TCP, found by hand). 32 buffers of 16 MiB make a 512 MiB segment, "
+  "whose first pass (page faults) takes most of a 1 s warm-up: these runs have one (the others "
+  "%s s). In-process, 16 MiB copies come from RAM where 1 MiB ones stay in the caches." % meta["warmup"])
+w("")
+w("| transport | 1 MiB MB/s | 16 MiB MB/s | 16 MiB msgs/s | 16 MiB / 1 MiB (MB/s) |")
+w("|---|---|---|---|---|")
+for tr, kb in [(tr, "big/ours/%s/16777216" % tr) for tr in ZT] + [("tcp, no window (`EZMSG_TCP_WINDOW=0`)", "bignowin/ours/tcp/16777216")]:
+    k1 = "thr/ours/%s/1048576" % tr.split(",")[0]
+    w("| %s | %s | %s | %s | %s |" % (tr, fmt(med(k1, "mb_per_s")), cell(kb, "mb_per_s"),
+      cell(kb, "msgs_per_s"), ratio(med(kb, "mb_per_s"), med(k1, "mb_per_s"))))
 w("")
 
 # ---- iceoryx
