@@ -569,6 +569,31 @@ static void test_channel_large_reuse(void **state) {
   ez_context_close(ctx);
 }
 
+/* Streams 12 messages of `len` bytes to s through f, two in flight as in a stream: message k
+ * arrives while k - 1 is held (so k's buffer cannot be k - 1's), then k - 1 is released, and
+ * its buffer is what k + 1 can reuse. Returns the allocations larger than a chunk the channel
+ * made for the last 10. */
+static int stream_two_in_flight(ez_sub *s, fake *f, size_t len) {
+  static ez_msg m[2];
+  g_test_thread = pthread_self();
+  fake_send(f, 0, len);
+  expect_msg(s, &m[0], 0, len);
+  fake_send(f, 1, len);
+  expect_msg(s, &m[1], 1, len);
+  __atomic_store_n(&g_big, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&g_count_big, 1, __ATOMIC_SEQ_CST);
+  for (uint64_t k = 2; k < 12; k++) {
+    ez_msg_release(&m[k % 2]);
+    expect_acked_to(f->data, k - 2); /* taken back: its buffer is spare */
+    fake_send(f, k, len);
+    expect_msg(s, &m[k % 2], k, len);
+  }
+  ez_msg_release(&m[0]);
+  ez_msg_release(&m[1]);
+  __atomic_store_n(&g_count_big, 0, __ATOMIC_SEQ_CST);
+  return __atomic_load_n(&g_big, __ATOMIC_SEQ_CST);
+}
+
 /* Messages larger than the window's byte budget: the spares may exceed the budget by one chunk
  * of their size, so each message reuses the last one's chunk. (Kept to the budget, every 8 MiB
  * message allocated a chunk, faulted it in and freed it: 7x slower than 4 MiB ones.) */
@@ -578,26 +603,7 @@ static void test_channel_larger_than_budget(void **state) {
   fake f;
   ez_sub *s = sub_with_fake(&ctx, &f, "/win/larger");
   fake_win(&f, 0, 64, 1 << 20);
-  static ez_msg m[2];
-  g_test_thread = pthread_self();
-  fake_send(&f, 0, 3000000);
-  expect_msg(s, &m[0], 0, 3000000);
-  fake_send(&f, 1, 3000000);
-  expect_msg(s, &m[1], 1, 3000000);
-  /* Two in flight, as in a stream: message k arrives while k - 1 is held (so k's chunk cannot be
-   * k - 1's), then k - 1 is released, and its chunk is what k + 1 can reuse. */
-  __atomic_store_n(&g_big, 0, __ATOMIC_SEQ_CST);
-  __atomic_store_n(&g_count_big, 1, __ATOMIC_SEQ_CST);
-  for (uint64_t k = 2; k < 12; k++) {
-    ez_msg_release(&m[k % 2]);
-    expect_acked_to(f.data, k - 2); /* taken back: its chunk is spare */
-    fake_send(&f, k, 3000000);
-    expect_msg(s, &m[k % 2], k, 3000000);
-  }
-  ez_msg_release(&m[0]);
-  ez_msg_release(&m[1]);
-  __atomic_store_n(&g_count_big, 0, __ATOMIC_SEQ_CST);
-  int big = __atomic_load_n(&g_big, __ATOMIC_SEQ_CST);
+  int big = stream_two_in_flight(s, &f, 3000000);
   print_message("    10 messages of 3 MB, budget 1 MiB: %d chunk allocations\n", big);
   assert_true(big <= 2);
   fake_end(&f);
@@ -613,24 +619,7 @@ static void test_channel_big_buffer_reused(void **state) {
   ez_context *ctx;
   fake f;
   ez_sub *s = sub_with_fake(&ctx, &f, "/win/nowin_big");
-  static ez_msg m[2];
-  g_test_thread = pthread_self();
-  fake_send(&f, 0, 3000000);
-  expect_msg(s, &m[0], 0, 3000000);
-  fake_send(&f, 1, 3000000);
-  expect_msg(s, &m[1], 1, 3000000);
-  __atomic_store_n(&g_big, 0, __ATOMIC_SEQ_CST);
-  __atomic_store_n(&g_count_big, 1, __ATOMIC_SEQ_CST);
-  for (uint64_t k = 2; k < 12; k++) { /* two in flight */
-    ez_msg_release(&m[k % 2]);
-    expect_acked_to(f.data, k - 2);
-    fake_send(&f, k, 3000000);
-    expect_msg(s, &m[k % 2], k, 3000000);
-  }
-  ez_msg_release(&m[0]);
-  ez_msg_release(&m[1]);
-  __atomic_store_n(&g_count_big, 0, __ATOMIC_SEQ_CST);
-  int big = __atomic_load_n(&g_big, __ATOMIC_SEQ_CST);
+  int big = stream_two_in_flight(s, &f, 3000000);
   print_message("    10 messages of 3 MB without a window: %d buffer allocations\n", big);
   assert_true(big <= 2);
   fake_end(&f);
