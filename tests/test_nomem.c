@@ -7,10 +7,10 @@
  * (t_realloc_fail).
  *
  * - A TCP stream from an ezmsg-c publisher in another process: the buffer for an arriving
- *   message without a window (channel.c), the TCP window's bookkeeping when it starts, or a chunk
- *   its reads go to (src/tcpring.c) cannot be allocated. The link is dropped with a warning, the
- *   subscriber joins again by itself, and the stream goes on: every message received is intact
- *   and in order, and messages keep coming after the failure.
+ *   message without a window, small or large (channel.c), the TCP window's bookkeeping when it
+ *   starts, or a chunk its reads go to (src/tcpring.c) cannot be allocated. The link is dropped
+ *   with a warning, the subscriber joins again by itself, and the stream goes on: every message
+ *   received is intact and in order, and messages keep coming after the failure.
  * - A large in-process message whose hot buffer cannot be allocated (src/pubhot.c): ez_publish
  *   puts it in its slot instead, and the subscriber gets it intact.
  * - A publisher in this process whose outbox to a TCP channel cannot grow (src/context.c): the
@@ -111,23 +111,26 @@ static uint64_t cli_payload(const ez_msg *m, size_t n) {
 #define TCP_PAYLOAD 3333
 /* The marshalled message: the buffer a channel allocates for it. */
 #define FRAME_BYTES (TCP_PAYLOAD + 58)
+/* A payload whose buffer is larger than the channel keeps among its small spares (channel.h). */
+#define BIG_PAYLOAD 20000
+#define BIG_FRAME_BYTES (BIG_PAYLOAD + 58)
 /* The publisher proposes a window of this many messages; the channel then allocates room for the
  * size of each when the window starts (tcpring.c, ezi_chan_win_start). */
 #define TCP_WINDOW 1000
 #define WIN_BYTES (TCP_WINDOW * sizeof(uint64_t))
 
-/* An `ezmsg pub --force-tcp` stream from another process, whose TCP window is `window` messages,
- * with an allocation of `fail_size` bytes failing once in this process, after `skip` of them went
- * through: the link drops, the subscriber joins again, and the stream goes on, every message
- * received intact and in order. */
-static void tcp_stream_survives(size_t fail_size, int skip, int window) {
+/* An `ezmsg pub --force-tcp --size payload` stream from another process, whose TCP window is
+ * `window` messages, with an allocation of `fail_size` bytes failing once in this process, after
+ * `skip` of them went through: the link drops, the subscriber joins again, and the stream goes
+ * on, every message received intact and in order. */
+static void tcp_stream_survives(int payload, size_t fail_size, int skip, int window) {
   ez_context *ctx = NULL;
   assert_int_equal(ez_context_open(th_addr, &ctx), 0);
   ez_sub *s = NULL;
   assert_int_equal(ez_sub_create(ctx, "/nomem/tcp", NULL, &s), 0);
   fail_after(fail_size, skip, 1);
   char size[16], win[16];
-  snprintf(size, sizeof size, "%d", TCP_PAYLOAD);
+  snprintf(size, sizeof size, "%d", payload);
   snprintf(win, sizeof win, "%d", window);
   setenv(EZ_TCP_WINDOW_ENV, win, 1); /* for the publisher process only */
   pid_t pub = th_spawn_cli(-1, "pub", "--address", th_addr, "--force-tcp", "--size", size,
@@ -138,7 +141,7 @@ static void tcp_stream_survives(size_t fail_size, int skip, int window) {
   while (after < 200 && th_now_ms() < end) {
     ez_msg m;
     if (ez_recv(s, &m, 1000)) continue;
-    uint64_t k = cli_payload(&m, TCP_PAYLOAD);
+    uint64_t k = cli_payload(&m, (size_t)payload);
     ez_msg_release(&m);
     if (k == UINT64_MAX) fail_msg("a damaged message");
     if (last != UINT64_MAX && k <= last)
@@ -157,27 +160,34 @@ static void tcp_stream_survives(size_t fail_size, int skip, int window) {
 /* The buffer of an arriving message, without a window (a slot's). */
 static void test_tcp_buffer_fails(void **state) {
   (void)state;
-  tcp_stream_survives(FRAME_BYTES, 0, 0);
+  tcp_stream_survives(TCP_PAYLOAD, FRAME_BYTES, 0, 0);
+}
+
+/* The same, for a buffer larger than the small spares: it comes from the one large spare, or,
+ * as here (the first), from malloc. */
+static void test_tcp_big_buffer_fails(void **state) {
+  (void)state;
+  tcp_stream_survives(BIG_PAYLOAD, BIG_FRAME_BYTES, 0, 0);
 }
 
 /* The window's own allocations when it starts: the channel stays without one until it joins
  * again. */
 static void test_tcp_window_start_fails(void **state) {
   (void)state;
-  tcp_stream_survives(WIN_BYTES, 0, TCP_WINDOW);
+  tcp_stream_survives(TCP_PAYLOAD, WIN_BYTES, 0, TCP_WINDOW);
 }
 
 /* The first chunk for the window's reads, allocated when the window starts. */
 static void test_tcp_first_chunk_fails(void **state) {
   (void)state;
-  tcp_stream_survives(EZI_CHUNK_ALLOC, 0, TCP_WINDOW);
+  tcp_stream_survives(TCP_PAYLOAD, EZI_CHUNK_ALLOC, 0, TCP_WINDOW);
 }
 
 /* The second chunk: the first is still current when a frame does not fit in its rest (256 KiB
  * are 77 messages here), so no spare can serve; the read that needs it fails. */
 static void test_tcp_next_chunk_fails(void **state) {
   (void)state;
-  tcp_stream_survives(EZI_CHUNK_ALLOC, 1, TCP_WINDOW);
+  tcp_stream_survives(TCP_PAYLOAD, EZI_CHUNK_ALLOC, 1, TCP_WINDOW);
 }
 
 /* Not out of memory, but what the same allocator sees: a stream of messages larger than a chunk
@@ -379,6 +389,7 @@ static void test_outbox_grow_fails(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_tcp_buffer_fails, th_setup, teardown),
+      cmocka_unit_test_setup_teardown(test_tcp_big_buffer_fails, th_setup, teardown),
       cmocka_unit_test_setup_teardown(test_tcp_window_start_fails, th_setup, teardown),
       cmocka_unit_test_setup_teardown(test_tcp_first_chunk_fails, th_setup, teardown),
       cmocka_unit_test_setup_teardown(test_tcp_next_chunk_fails, th_setup, teardown),
