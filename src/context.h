@@ -88,16 +88,27 @@ void ezi_seg_chain_free(ezi_seg_chain *c);
 
 /* ---- outbox: bytes for one socket, appended by any thread, written by the I/O thread ----------
  * Appends are cheap (a lock and a memcpy); the first append after a flush asks the loop to write,
- * so under load many frames go out in one system call, and an idle link adds no delay. */
+ * so under load many frames go out in one system call, and an idle link adds no delay.
+ *
+ * An outbox holds what its socket does not take yet. A publisher's data outbox is bounded by
+ * EZI_OUTBOX_HIGH: past it the publisher waits (as for a slot) until the I/O thread has written
+ * it down to half of that (ezi_outbox_full, ezi_outbox_wait_drain). Without the bound, a TCP
+ * channel slower than its publisher made the outbox hold num_buffers messages besides their
+ * slots: 512 MiB at 16 MiB a message. */
+#define EZI_OUTBOX_HIGH ((uint64_t)8 << 20)
 typedef struct ezi_outbox {
   pthread_mutex_t mu;
-  ezi_buf pending; /* appended, not yet taken by the I/O thread */
-  ezi_buf io;      /* being written by the I/O thread */
-  bool queued;     /* on the context's dirty list */
-  bool dead;       /* socket gone: appends are dropped */
-  ezi_watch *w;    /* the socket's watch (EPOLLOUT is armed through it) */
+  uint64_t unsent;     /* atomic: bytes appended and not written to the socket yet */
+  uint32_t drain_wait; /* atomic: someone waits for `unsent` to fall to EZI_OUTBOX_HIGH / 2 */
+  ezi_buf pending;     /* appended, not yet taken by the I/O thread */
+  ezi_buf io;          /* being written by the I/O thread */
+  bool queued;         /* on the context's dirty list */
+  bool dead;           /* socket gone: appends are dropped */
+  ezi_watch *w;        /* the socket's watch (EPOLLOUT is armed through it) */
   struct ezi_outbox *next_dirty;
   uint32_t base_events;
+  void (*on_drain)(void *arg); /* called (I/O thread, no lock held) for drain_wait, or NULL */
+  void *drain_arg;
 } ezi_outbox;
 
 /* ---- context ------------------------------------------------------------------------------ */
@@ -150,8 +161,18 @@ int ezi_outbox_flush(ezi_outbox *ob);
 /* Sets the events the outbox's socket is watched for besides EPOLLOUT (which it arms itself while
  * it has bytes to write): a reader pauses by leaving EPOLLIN out. I/O thread. */
 void ezi_outbox_set_events(ezi_outbox *ob, uint32_t base_events);
-/* I/O thread: marks dead and unlinks from the dirty list; frees the buffers. */
+/* I/O thread: marks dead and unlinks from the dirty list; frees the buffers. A drain waiter is
+ * called as if the outbox had drained. */
 void ezi_outbox_close(ez_context *ctx, ezi_outbox *ob);
+/* Whether ob holds EZI_OUTBOX_HIGH bytes or more, unsent (any thread; a load). */
+static inline bool ezi_outbox_full(ezi_outbox *ob) {
+  return __atomic_load_n(&ob->unsent, __ATOMIC_ACQUIRE) >= EZI_OUTBOX_HIGH;
+}
+/* Arms ob's drain wake-up: once unsent is at most EZI_OUTBOX_HIGH / 2 (or ob closes), the I/O
+ * thread calls ob->on_drain(ob->drain_arg). Returns false, disarmed, if ob is not full any more:
+ * then nothing is to be waited for. A waiter calls it under the lock that on_drain takes before
+ * it signals, so that no wake-up is lost between the check and the wait. */
+bool ezi_outbox_wait_drain(ezi_outbox *ob);
 
 /* Registry lookups (ctx->mu held by the caller or I/O thread only). find_chan skips failed
  * channels. */

@@ -468,7 +468,8 @@ static bool poll_slot(ez_pub *p, uint32_t idx) {
 
 /* What wait_slot's loop asks, in one pass over the channels: whether slot idx is held (every
  * holder is asked, so that each release is collected), a channel switching to a ring or a window
- * holds messages, or a window keeps `bytes` back (p->mu held). */
+ * holds messages, a window keeps `bytes` back, or a channel's socket is that far behind that its
+ * outbox is full (context.h; p->mu held). */
 static bool slot_blocked(ez_pub *p, uint32_t idx, uint64_t bytes) {
   bool b = p->leases[idx] | local_held(p, idx);
   for (size_t i = 0; i < p->n_chans; i++) {
@@ -476,8 +477,18 @@ static bool slot_blocked(ez_pub *p, uint32_t idx, uint64_t bytes) {
     b |= ring_held(p, pc, idx);
     b |= (pc->ring_wanted || pc->win_wanted) && pc->held;
     b |= pc->win_on && ezi_win_chan_full(p, pc, bytes);
+    b |= ezi_outbox_full(&pc->out);
   }
   return b;
+}
+
+/* Arms the drain wake-up of every full outbox: true if any is still to be waited for (p->mu held,
+ * which the I/O thread's wake-up takes before it signals). */
+static bool outbox_waits(ez_pub *p) {
+  bool w = false;
+  for (size_t i = 0; i < p->n_chans; i++)
+    if (ezi_outbox_full(&p->chans[i]->out)) w |= ezi_outbox_wait_drain(&p->chans[i]->out);
+  return w;
 }
 
 /* Waits (p->mu held) until the next slot is free and the publisher runs. The deadline is read
@@ -502,7 +513,8 @@ static int wait_slot(ez_pub *p, uint64_t bytes, int timeout_ms, uint64_t *deadli
     p->want = p->running && !ring_switch_waits(p) ? (int64_t)idx : -1;
     set_wants(p);
     int rc = 0;
-    if (!p->running || slot_busy(p, idx) || ring_switch_waits(p) || win) { /* releasers know */
+    if (!p->running || slot_busy(p, idx) || ring_switch_waits(p) || win ||
+        outbox_waits(p)) { /* releasers (or the I/O thread) know */
       rc = ezi_cond_wait(&p->cv, &p->mu, *deadline);
       ezi_stamper_reset(&p->stamps); /* the rate seen so far says nothing about the next one */
     }

@@ -75,6 +75,15 @@ static void on_graph(ezi_watch *w, uint32_t ev) {
 
 /* ---- channels ------------------------------------------------------------------------------ */
 
+/* A channel's outbox that a publishing thread waits for went down to its low mark (I/O thread,
+ * no lock held). */
+static void drained(void *arg) {
+  ez_pub *p = arg;
+  pthread_mutex_lock(&p->mu);
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
 static void chan_close(pub_chan *pc) {
   ez_pub *p = pc->pub;
   uint64_t now = ezi_tel_now();
@@ -221,6 +230,8 @@ static void on_accept(ezi_watch *w, uint32_t ev) {
     pc->pub = p;
     pc->w = (ezi_watch){.fd = fd, .fn = on_chan, .arg = pc};
     ezi_outbox_init(&pc->out, &pc->w, EPOLLIN | EPOLLRDHUP);
+    pc->out.on_drain = drained;
+    pc->out.drain_arg = p;
     pthread_mutex_lock(&p->mu);
     pub_chan **v = realloc(p->chans, (p->n_chans + 1) * sizeof *v);
     if (v) {

@@ -6,6 +6,7 @@
  * without the window. */
 #include "channel.h"
 #include "harness.h"
+#include "publisher.h"
 #include "marshal.h"
 #include "rawproto.h"
 #include "wire.h"
@@ -251,6 +252,69 @@ static void test_publisher_byte_budget(void **state) {
   close(fd); /* the channel leaves with 7 messages unacknowledged: they are free again */
   assert_int_equal(ez_pub_flush(p, TMO), 0);
   assert_int_equal(pub_in_flight(ctx), 0);
+  free(msg);
+  ez_pub_destroy(p);
+  ez_context_close(ctx);
+}
+
+/* Reads `count` TX_TCP frames of `len`-byte messages, ids from 0, without acknowledging them (a
+ * thread of its own: the publisher waits meanwhile). */
+typedef struct reader {
+  int fd;
+  uint64_t count;
+  size_t len;
+  uint8_t *body;
+  bool ok;
+} reader;
+
+static void *read_frames(void *arg) {
+  reader *r = arg;
+  r->ok = true;
+  for (uint64_t id = 0; id < r->count && r->ok; id++) {
+    uint8_t h[17];
+    r->ok = rp_rd_exact(r->fd, h, sizeof h, RP_TMO) == 0 && h[0] == EZI_TX_TCP &&
+            ezi_get_u64le(h + 1) == id && ezi_get_u64le(h + 9) == EZI_MARSHAL_BYTES_HDR + r->len &&
+            rp_rd_exact(r->fd, r->body, EZI_MARSHAL_BYTES_HDR + r->len, RP_TMO) == 0;
+  }
+  return NULL;
+}
+
+/* A TCP channel that stops reading: its publisher's outbox fills up to EZI_OUTBOX_HIGH, and then
+ * the publisher waits, as for a slot, instead of queueing a copy of every slot's message too (at
+ * 16 MiB a message that was 512 MiB besides the segment). Reading alone wakes it again: no ack
+ * comes meanwhile, and the slots are not what it waits for. */
+static void test_publisher_outbox_bounded(void **state) {
+  (void)state;
+  ez_context *ctx = open_ctx(NULL);
+  uint16_t port;
+  const size_t big = (size_t)1 << 20;
+  ez_pub *p = make_pub(ctx, "/win/outbox", 64, 2 * big, &port);
+  int fd = fake_chan(port, 64);
+  uint8_t *msg = calloc(1, big);
+  assert_non_null(msg);
+  uint64_t n = 0;
+  while (n < 64 && ez_publish(p, msg, big, 300) == 0)
+    n++;
+  pthread_mutex_lock(&p->mu);
+  uint64_t unsent = __atomic_load_n(&p->chans[0]->out.unsent, __ATOMIC_SEQ_CST);
+  pthread_mutex_unlock(&p->mu);
+  /* The socket's buffers hold a few MiB more; without the bound all 64 went. */
+  assert_true(n < 48);
+  assert_true(unsent >= EZI_OUTBOX_HIGH);
+  assert_true(unsent < EZI_OUTBOX_HIGH + 17 + EZI_MARSHAL_BYTES_HDR + big);
+  reader r = {.fd = fd, .count = n + 8, .len = big, .body = malloc(EZI_MARSHAL_BYTES_HDR + big)};
+  assert_non_null(r.body);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, read_frames, &r), 0);
+  for (int k = 0; k < 8; k++)
+    assert_int_equal(ez_publish(p, msg, big, TMO), 0);
+  pthread_join(t, NULL);
+  assert_true(r.ok);
+  for (uint64_t id = 0; id < n + 8; id++)
+    ack(fd, id);
+  wait_in_flight(ctx, 0);
+  close(fd);
+  free(r.body);
   free(msg);
   ez_pub_destroy(p);
   ez_context_close(ctx);
@@ -967,6 +1031,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_publisher_window, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_byte_budget, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_window_off, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_publisher_outbox_bounded, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_unknown_asks, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_x_tcp, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_channel_window, th_setup, th_teardown),
