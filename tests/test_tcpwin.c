@@ -320,6 +320,49 @@ static void test_publisher_outbox_bounded(void **state) {
   ez_context_close(ctx);
 }
 
+typedef struct publisher_call {
+  ez_pub *p;
+  const void *msg;
+  size_t len;
+  int rc;
+} publisher_call;
+
+static void *publish_one(void *arg) {
+  publisher_call *c = arg;
+  c->rc = ez_publish(c->p, c->msg, c->len, TMO);
+  return NULL;
+}
+
+/* A publisher that waits for a full outbox goes on when that channel leaves instead: the
+ * outbox's bytes are gone with it. */
+static void test_publisher_outbox_channel_leaves(void **state) {
+  (void)state;
+  ez_context *ctx = open_ctx(NULL);
+  uint16_t port;
+  const size_t big = (size_t)1 << 20;
+  ez_pub *p = make_pub(ctx, "/win/outbox-leaves", 64, 2 * big, &port);
+  int fd = fake_chan(port, 64);
+  uint8_t *msg = calloc(1, big);
+  assert_non_null(msg);
+  uint64_t n = 0;
+  while (n < 64 && ez_publish(p, msg, big, 300) == 0)
+    n++;
+  assert_true(n < 48);
+  publisher_call c = {.p = p, .msg = msg, .len = big, .rc = 1};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, publish_one, &c), 0);
+  th_sleep_ms(100); /* (it waits; if it has not started yet, it finds no channel) */
+  int64_t t0 = th_now_ms();
+  close(fd);
+  pthread_join(t, NULL);
+  assert_int_equal(c.rc, 0);
+  assert_true(th_now_ms() - t0 < TMO / 2);
+  wait_in_flight(ctx, 0);
+  free(msg);
+  ez_pub_destroy(p);
+  ez_context_close(ctx);
+}
+
 /* Asks a publisher does not know (one byte each, 0xe0 and up) are skipped, between acks too, so
  * that a later version of the channel can ask for more; the window's first ask (0xe7, from
  * before acks were cumulative: such a channel acks one by one) still gets a window. */
@@ -1032,6 +1075,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_publisher_byte_budget, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_window_off, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_outbox_bounded, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_publisher_outbox_channel_leaves, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_unknown_asks, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_x_tcp, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_channel_window, th_setup, th_teardown),
