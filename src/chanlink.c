@@ -31,6 +31,8 @@ void ezi_chan_link_close(chan *c) {
     ezi_tcpring_link_closed(c);
   else
     ezi_buf_free(&c->pin);
+  free(c->big.buf); /* a message cut short */
+  c->big.buf = NULL;
 }
 
 static void attached(void *arg, int rc, ezi_seg *seg);
@@ -67,10 +69,70 @@ static void answer_name(chan *c) {
   ezi_outbox_put(c->ctx, &c->acks, b, 9);
 }
 
+/* Checks and delivers a TX_TCP message of `size` bytes in `owned` (a buffer of `cap` bytes
+ * from ezi_chan_buf_take, which this takes): 0, or EZ_EPROTO. */
+static int deliver_tcp(chan *c, uint64_t msg_id, uint64_t size, uint8_t *owned, size_t cap,
+                       uint64_t now) {
+  ezi_unmarshalled um;
+  if (ezi_unmarshal(owned, (size_t)size, &um) || um.size != size || um.msg_id != msg_id) {
+    free(owned);
+    return EZ_EPROTO;
+  }
+  pthread_mutex_lock(&c->mu);
+  c->mode = "tcp";
+  int took = ezi_chan_deliver(c, msg_id, &um, owned, cap, NULL, now);
+  pthread_mutex_unlock(&c->mu);
+  if (took < 0) return EZ_EPROTO;
+  if (!took) ezi_chan_ack(c, msg_id);
+  return 0;
+}
+
+/* c->pin holds the start of a TX_TCP frame not complete yet: if its message is large, its body
+ * goes to a buffer of its own from here on (c->big; read by big_fill), so that it is neither
+ * gathered in `pin` nor copied out of it. The buffer is the message's size; the memory behind
+ * it is touched only as the bytes arrive. 0, or EZ_ENOMEM. */
+static int big_start(chan *c) {
+  const uint8_t *p = ezi_buf_head(&c->pin);
+  size_t len = ezi_buf_pending(&c->pin), hl = 17; /* u8 TX_TCP, u64 msg_id, u64 size */
+  if (len < hl || p[0] != EZI_TX_TCP || !ezi_tx_frame_len(p, len)) return 0;
+  uint64_t size = ezi_get_u64le(p + 9);
+  if (size < EZI_DIRECT_READ_MIN || len - hl >= size) return 0;
+  size_t cap;
+  uint8_t *b = ezi_chan_buf_take(c, (size_t)size, &cap);
+  if (!b) return EZ_ENOMEM;
+  memcpy(b, p + hl, len - hl);
+  c->big.buf = b;
+  c->big.cap = cap;
+  c->big.have = len - hl;
+  c->big.size = (size_t)size;
+  c->big.msg_id = ezi_get_u64le(p + 1);
+  ezi_buf_consume(&c->pin, len);
+  return 0;
+}
+
+/* Reads more of c->big's message, 64 KiB at a time as into `pin` (reads of all the socket
+ * held did less well at 16 MiB): bytes read, 0 if none now, < 0 if the link failed. */
+static long big_fill(chan *c, int fd) {
+  size_t room = c->big.size - c->big.have;
+  if (room > 65536) room = 65536;
+  long n = ezi_recv_some(fd, c->big.buf + c->big.have, room);
+  if (n > 0) c->big.have += (size_t)n;
+  return n;
+}
+
+/* c->big's message: delivered once complete (0), or still arriving (0), or bad (< 0). */
+static int big_done(chan *c, uint64_t now) {
+  if (c->big.have < c->big.size) return 0;
+  uint8_t *b = c->big.buf;
+  c->big.buf = NULL;
+  return deliver_tcp(c, c->big.msg_id, c->big.size, b, c->big.cap, now);
+}
+
 /* Parses one data frame from c->pin: bytes used, 0 for more, < 0 on a protocol error. */
 static long data_frame(chan *c, uint64_t now) {
   ezi_tx_frame f;
   int st = ezi_tx_parse(ezi_buf_head(&c->pin), ezi_buf_pending(&c->pin), &f);
+  if (st == 0 && !c->ring_on && !c->tcp_ring) return big_start(c);
   if (st <= 0) return st;
   uint8_t cmd = f.cmd;
   uint64_t msg_id = f.msg_id, size = f.size;
@@ -101,29 +163,23 @@ static long data_frame(chan *c, uint64_t now) {
     return rc ? rc : (long)f.used;
   }
   if (cmd == EZI_X_TCP) return EZ_EPROTO; /* only in a window */
-  ezi_unmarshalled um;
-  uint8_t *owned = NULL;
-  size_t owned_cap = 0;
-  ezi_seg *seg = NULL;
-  if (cmd == EZI_TX_SHM) {
-    int rc = need_segment(c, name, nn);
-    if (rc || c->attaching) return rc;
-    seg = c->seg;
-    const uint8_t *d = ezi_seg_data(seg, msg_id % c->nbuf);
-    if (ezi_unmarshal(d, ezi_seg_room(seg), &um) || um.msg_id != msg_id) return EZ_EPROTO;
-  } else {
-    const uint8_t *d = f.body;
-    owned = ezi_chan_buf_take(c, size ? (size_t)size : 1, &owned_cap);
+  if (cmd == EZI_TX_TCP) {
+    size_t cap;
+    uint8_t *owned = ezi_chan_buf_take(c, size ? (size_t)size : 1, &cap);
     if (!owned) return EZ_ENOMEM;
-    memcpy(owned, d, (size_t)size);
-    if (ezi_unmarshal(owned, (size_t)size, &um) || um.size != size || um.msg_id != msg_id) {
-      free(owned);
-      return EZ_EPROTO;
-    }
+    memcpy(owned, f.body, (size_t)size);
+    int rc = deliver_tcp(c, msg_id, size, owned, cap, now);
+    return rc ? rc : (long)f.used;
   }
+  int rc = need_segment(c, name, nn);
+  if (rc || c->attaching) return rc;
+  ezi_seg *seg = c->seg;
+  ezi_unmarshalled um;
+  const uint8_t *d = ezi_seg_data(seg, msg_id % c->nbuf);
+  if (ezi_unmarshal(d, ezi_seg_room(seg), &um) || um.msg_id != msg_id) return EZ_EPROTO;
   pthread_mutex_lock(&c->mu);
-  c->mode = cmd == EZI_TX_SHM ? "shm" : "tcp";
-  int took = ezi_chan_deliver(c, msg_id, &um, owned, owned_cap, seg, now);
+  c->mode = "shm";
+  int took = ezi_chan_deliver(c, msg_id, &um, NULL, 0, seg, now);
   pthread_mutex_unlock(&c->mu);
   if (took < 0) return EZ_EPROTO;
   if (!took) ezi_chan_ack(c, msg_id);
@@ -214,6 +270,14 @@ static void drop(chan *c, long err) {
 /* Parses the frames c->pin holds (all of them, or up to one that waits for an attach). false if
  * the link was dropped, or the channel may be gone. */
 static bool consume(chan *c, uint64_t now) {
+  if (c->big.buf) { /* a large message read straight into its buffer (big_start) */
+    int rc = big_done(c, now);
+    if (rc) {
+      drop(c, rc);
+      return false;
+    }
+    if (c->big.buf) return true; /* more of it to come */
+  }
   for (;;) {
     long used = c->state == CH_CONNECTING ? handshake(c) : data_frame(c, now);
     if (used == GONE) return false;
@@ -272,10 +336,12 @@ static void on_pub(ezi_watch *w, uint32_t ev) {
   }
   if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
   long n = 0;
-  while (!c->attaching && (n = c->cur ? ezi_tcpring_fill(c, w->fd)
-                                      : ezi_buf_fill(&c->pin, w->fd,
-                                                     ezi_tx_limit(ezi_buf_head(&c->pin),
-                                                                  ezi_buf_pending(&c->pin)))) > 0) {
+  while (!c->attaching &&
+         (n = c->cur       ? ezi_tcpring_fill(c, w->fd)
+              : c->big.buf ? big_fill(c, w->fd)
+                           : ezi_buf_fill(&c->pin, w->fd,
+                                          ezi_tx_limit(ezi_buf_head(&c->pin),
+                                                       ezi_buf_pending(&c->pin)))) > 0) {
     uint64_t now = ezi_tel_now(); /* one clock read for all the frames of this read */
     if (!consume(c, now)) return;
   }
