@@ -280,45 +280,66 @@ static void *read_frames(void *arg) {
   return NULL;
 }
 
+#define BIG ((size_t)1 << 20)
+
+/* A publisher of 64 slots, a channel played by hand that reads nothing, and 1 MiB messages
+ * published until one times out: o->n went. */
+typedef struct outbox_fixture {
+  ez_context *ctx;
+  ez_pub *p;
+  int fd;
+  uint8_t *msg;
+  uint64_t n;
+} outbox_fixture;
+
+static void outbox_fill(outbox_fixture *o, const char *topic) {
+  o->ctx = open_ctx(NULL);
+  uint16_t port;
+  o->p = make_pub(o->ctx, topic, 64, 2 * BIG, &port);
+  o->fd = fake_chan(port, 64);
+  o->msg = calloc(1, BIG);
+  assert_non_null(o->msg);
+  o->n = 0;
+  while (o->n < 64 && ez_publish(o->p, o->msg, BIG, 300) == 0)
+    o->n++;
+  /* The socket's buffers hold a few MiB besides the outbox; without its bound all 64 went. */
+  assert_true(o->n < 48);
+}
+
+static void outbox_end(outbox_fixture *o) {
+  free(o->msg);
+  ez_pub_destroy(o->p);
+  ez_context_close(o->ctx);
+}
+
 /* A TCP channel that stops reading: its publisher's outbox fills up to EZI_OUTBOX_HIGH, and then
  * the publisher waits, as for a slot, instead of queueing a copy of every slot's message too (at
  * 16 MiB a message that was 512 MiB besides the segment). Reading alone wakes it again: no ack
  * comes meanwhile, and the slots are not what it waits for. */
 static void test_publisher_outbox_bounded(void **state) {
   (void)state;
-  ez_context *ctx = open_ctx(NULL);
-  uint16_t port;
-  const size_t big = (size_t)1 << 20;
-  ez_pub *p = make_pub(ctx, "/win/outbox", 64, 2 * big, &port);
-  int fd = fake_chan(port, 64);
-  uint8_t *msg = calloc(1, big);
-  assert_non_null(msg);
-  uint64_t n = 0;
-  while (n < 64 && ez_publish(p, msg, big, 300) == 0)
-    n++;
-  pthread_mutex_lock(&p->mu);
-  uint64_t unsent = __atomic_load_n(&p->chans[0]->out.unsent, __ATOMIC_SEQ_CST);
-  pthread_mutex_unlock(&p->mu);
-  /* The socket's buffers hold a few MiB more; without the bound all 64 went. */
-  assert_true(n < 48);
+  outbox_fixture o;
+  outbox_fill(&o, "/win/outbox");
+  pthread_mutex_lock(&o.p->mu);
+  uint64_t unsent = __atomic_load_n(&o.p->chans[0]->out.unsent, __ATOMIC_SEQ_CST);
+  pthread_mutex_unlock(&o.p->mu);
   assert_true(unsent >= EZI_OUTBOX_HIGH);
-  assert_true(unsent < EZI_OUTBOX_HIGH + 17 + EZI_MARSHAL_BYTES_HDR + big);
-  reader r = {.fd = fd, .count = n + 8, .len = big, .body = malloc(EZI_MARSHAL_BYTES_HDR + big)};
+  assert_true(unsent < EZI_OUTBOX_HIGH + 17 + EZI_MARSHAL_BYTES_HDR + BIG);
+  reader r = {
+      .fd = o.fd, .count = o.n + 8, .len = BIG, .body = malloc(EZI_MARSHAL_BYTES_HDR + BIG)};
   assert_non_null(r.body);
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, read_frames, &r), 0);
   for (int k = 0; k < 8; k++)
-    assert_int_equal(ez_publish(p, msg, big, TMO), 0);
+    assert_int_equal(ez_publish(o.p, o.msg, BIG, TMO), 0);
   pthread_join(t, NULL);
   assert_true(r.ok);
-  for (uint64_t id = 0; id < n + 8; id++)
-    ack(fd, id);
-  wait_in_flight(ctx, 0);
-  close(fd);
+  for (uint64_t id = 0; id < o.n + 8; id++)
+    ack(o.fd, id);
+  wait_in_flight(o.ctx, 0);
+  close(o.fd);
   free(r.body);
-  free(msg);
-  ez_pub_destroy(p);
-  ez_context_close(ctx);
+  outbox_end(&o);
 }
 
 typedef struct publisher_call {
@@ -338,30 +359,19 @@ static void *publish_one(void *arg) {
  * outbox's bytes are gone with it. */
 static void test_publisher_outbox_channel_leaves(void **state) {
   (void)state;
-  ez_context *ctx = open_ctx(NULL);
-  uint16_t port;
-  const size_t big = (size_t)1 << 20;
-  ez_pub *p = make_pub(ctx, "/win/outbox-leaves", 64, 2 * big, &port);
-  int fd = fake_chan(port, 64);
-  uint8_t *msg = calloc(1, big);
-  assert_non_null(msg);
-  uint64_t n = 0;
-  while (n < 64 && ez_publish(p, msg, big, 300) == 0)
-    n++;
-  assert_true(n < 48);
-  publisher_call c = {.p = p, .msg = msg, .len = big, .rc = 1};
+  outbox_fixture o;
+  outbox_fill(&o, "/win/outbox-leaves");
+  publisher_call c = {.p = o.p, .msg = o.msg, .len = BIG, .rc = 1};
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, publish_one, &c), 0);
   th_sleep_ms(100); /* (it waits; if it has not started yet, it finds no channel) */
   int64_t t0 = th_now_ms();
-  close(fd);
+  close(o.fd);
   pthread_join(t, NULL);
   assert_int_equal(c.rc, 0);
   assert_true(th_now_ms() - t0 < TMO / 2);
-  wait_in_flight(ctx, 0);
-  free(msg);
-  ez_pub_destroy(p);
-  ez_context_close(ctx);
+  wait_in_flight(o.ctx, 0);
+  outbox_end(&o);
 }
 
 /* Asks a publisher does not know (one byte each, 0xe0 and up) are skipped, between acks too, so
