@@ -251,9 +251,10 @@ void ez_pub_opts_init(ez_pub_opts *opts);
 int ez_pub_create(ez_context *ctx, const char *topic, const ez_pub_opts *opts, ez_pub **out);
 
 /* Publishes `len` bytes: one copy into the next ring slot, then every subscriber is notified.
- * Blocks while that slot is still held by a subscriber (backpressure) or while the publisher is
- * paused, up to timeout_ms (EZ_ETIMEDOUT; nothing was sent). One publisher may be used by one
- * thread at a time (calls on the same publisher must not overlap). */
+ * Blocks while that slot is still held by a subscriber (backpressure), while a TCP subscriber has
+ * 8 MiB or more still to be written to its socket, or while the publisher is paused, up to
+ * timeout_ms (EZ_ETIMEDOUT; nothing was sent). One publisher may be used by one thread at a time
+ * (calls on the same publisher must not overlap). */
 int ez_publish(ez_pub *pub, const void *data, size_t len, int timeout_ms);
 
 /* Zero-copy publish: waits (as ez_publish) for the next slot and returns a pointer to `len` bytes
