@@ -11,13 +11,14 @@
  * this size: at most 8 MiB per channel, and only once that much was in flight at the same time
  * (num_buffers messages). Of the bigger ones, only the last is kept (chan.big_spare). A TCP ring
  * reads into chunks instead (below). */
+#define EZI_CHAN_SPARES 1024u
+#define EZI_CHAN_SPARE_MAX 8192u
+
 /* TX_TCP messages of this many bytes or more, without a window, are read straight into their own
  * buffer (chanlink.c): at 16 MiB that made 1.2x the rate with 1.3x less CPU per message; at 4 MiB
  * the same rate with 10% less CPU; at 1 MiB no difference but noise, so below 4 MiB they go
  * through the link's buffer as before. */
 #define EZI_DIRECT_READ_MIN ((size_t)4 << 20)
-#define EZI_CHAN_SPARES 1024u
-#define EZI_CHAN_SPARE_MAX 8192u
 
 /* A TCP ring's reads land in chunks of this many bytes (more for a larger message), and its
  * messages stay where they arrived until no member holds them (tcpring.c). A chunk's allocation
