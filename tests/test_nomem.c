@@ -7,8 +7,9 @@
  * (t_realloc_fail).
  *
  * - A TCP stream from an ezmsg-c publisher in another process: the buffer for an arriving
- *   message without a window, small or large (channel.c), the TCP window's bookkeeping when it
- *   starts, or a chunk its reads go to (src/tcpring.c) cannot be allocated. The link is dropped
+ *   message without a window, small, large or read straight into it (channel.c, chanlink.c),
+ *   the TCP window's bookkeeping when it starts, or a chunk its reads go to (src/tcpring.c)
+ *   cannot be allocated. The link is dropped
  *   with a warning, the subscriber joins again by itself, and the stream goes on: every message
  *   received is intact and in order, and messages keep coming after the failure.
  * - A large in-process message whose hot buffer cannot be allocated (src/pubhot.c): ez_publish
@@ -114,6 +115,9 @@ static uint64_t cli_payload(const ez_msg *m, size_t n) {
 /* A payload whose buffer is larger than the channel keeps among its small spares (channel.h). */
 #define BIG_PAYLOAD 20000
 #define BIG_FRAME_BYTES (BIG_PAYLOAD + 58)
+/* A message read straight into its buffer (chanlink.c, from EZI_DIRECT_READ_MIN bytes on). */
+#define DIRECT_PAYLOAD ((int)EZI_DIRECT_READ_MIN)
+#define DIRECT_FRAME_BYTES ((size_t)DIRECT_PAYLOAD + 58)
 /* The publisher proposes a window of this many messages; the channel then allocates room for the
  * size of each when the window starts (tcpring.c, ezi_chan_win_start). */
 #define TCP_WINDOW 1000
@@ -168,6 +172,13 @@ static void test_tcp_buffer_fails(void **state) {
 static void test_tcp_big_buffer_fails(void **state) {
   (void)state;
   tcp_stream_survives(BIG_PAYLOAD, BIG_FRAME_BYTES, 0, 0);
+}
+
+/* The same, for the buffer a large message is read straight into, taken when its frame's header
+ * is in: the part of the message already read is dropped with the link. */
+static void test_tcp_direct_read_buffer_fails(void **state) {
+  (void)state;
+  tcp_stream_survives(DIRECT_PAYLOAD, DIRECT_FRAME_BYTES, 0, 0);
 }
 
 /* The window's own allocations when it starts: the channel stays without one until it joins
@@ -390,6 +401,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_tcp_buffer_fails, th_setup, teardown),
       cmocka_unit_test_setup_teardown(test_tcp_big_buffer_fails, th_setup, teardown),
+      cmocka_unit_test_setup_teardown(test_tcp_direct_read_buffer_fails, th_setup, teardown),
       cmocka_unit_test_setup_teardown(test_tcp_window_start_fails, th_setup, teardown),
       cmocka_unit_test_setup_teardown(test_tcp_first_chunk_fails, th_setup, teardown),
       cmocka_unit_test_setup_teardown(test_tcp_next_chunk_fails, th_setup, teardown),
