@@ -477,7 +477,7 @@ static bool slot_blocked(ez_pub *p, uint32_t idx, uint64_t bytes) {
     b |= ring_held(p, pc, idx);
     b |= (pc->ring_wanted || pc->win_wanted) && pc->held;
     b |= pc->win_on && ezi_win_chan_full(p, pc, bytes);
-    b |= ezi_outbox_full(&pc->out);
+    b |= !pc->ring_on && ezi_outbox_full(&pc->out); /* (a ring's carries no messages) */
   }
   return b;
 }
@@ -487,7 +487,8 @@ static bool slot_blocked(ez_pub *p, uint32_t idx, uint64_t bytes) {
 static bool outbox_waits(ez_pub *p) {
   bool w = false;
   for (size_t i = 0; i < p->n_chans; i++)
-    if (ezi_outbox_full(&p->chans[i]->out)) w |= ezi_outbox_wait_drain(&p->chans[i]->out);
+    if (!p->chans[i]->ring_on && ezi_outbox_full(&p->chans[i]->out))
+      w |= ezi_outbox_wait_drain(&p->chans[i]->out);
   return w;
 }
 
