@@ -115,7 +115,7 @@ record_segs() {
   local p
   for p in "${ALL_PIDS[@]}"; do
     [ "$(awk '{ print $4 }' "/proc/$p/stat" 2>/dev/null)" = $$ ] || continue
-    grep -o '/dev/shm/psm_[0-9a-f]*' "/proc/$p/maps" 2>/dev/null
+    grep -o '/dev/shm/psm_[0-9a-z_]*' "/proc/$p/maps" 2>/dev/null
   done | sed 's|/dev/shm/||' >>"$D/segs"
   sort -u -o "$D/segs" "$D/segs"
 }

@@ -18,7 +18,8 @@
  *                   at the end: a view must stay valid until released); ez_sub_destroy ends them
  *  flags & 0x80     raw: no handshake by the harness; the stream starts with the publisher's side
  *                   of it (str shm_name, then after the channel's answer COMPLETE, u64 nbuf)
- * In the stream, every "psm_00000000" becomes the real segment's name (same length).
+ * In the stream, every str "psm_00000000" (u64 length 12, then those bytes) becomes the real
+ * segment's name as a str.
  * After each input the context must have no channel left (2 s; else abort(), unless
  * $EZ_FUZZ_KNOWN contains "slotreuse": then everything is started afresh). */
 #include "context.h"
@@ -43,6 +44,25 @@ static void unlink_segment(void) {
   g_shm_name[0] = 0;
 }
 
+/* Copies n bytes of in to out, each str that is the placeholder (u64 length, then it) made the
+ * str `real`; returns the bytes written (out has room for n * (1 + (8 + |real|) / (8 + 12))). */
+static size_t put_named(uint8_t *out, const uint8_t *in, size_t n, const char *real) {
+  size_t pl = strlen(PLACEHOLDER), rl = strlen(real), o = 0;
+  uint8_t want[8];
+  ezi_put_u64le(want, pl);
+  for (size_t i = 0; i < n;) {
+    if (i + 8 + pl <= n && !memcmp(in + i, want, 8) && !memcmp(in + i + 8, PLACEHOLDER, pl)) {
+      ezi_put_u64le(out + o, rl);
+      memcpy(out + o + 8, real, rl);
+      o += 8 + rl;
+      i += 8 + pl;
+    } else {
+      out[o++] = in[i++];
+    }
+  }
+  return o;
+}
+
 static void init(void) {
   if (g_srv) return;
   fz_quiet();
@@ -55,8 +75,6 @@ static void init(void) {
   snprintf(g_shm_name, sizeof g_shm_name, "%s", ez_shm_name(g_shm));
   fz_cleanup = unlink_segment;
   atexit(unlink_segment); /* libFuzzer ends a run with exit() */
-  if (strlen(ez_shm_name(g_shm)) != strlen(PLACEHOLDER))
-    fz_die("fuzz_channel: unexpected segment name %s", ez_shm_name(g_shm));
   g_lfd = fz_listen(&g_lport);
   if (g_lfd < 0) fz_die("fuzz_channel: listen");
 }
@@ -126,14 +144,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (nch > 1 && ch[1].n) memcpy(b, ch[1].p, ch[1].n < room ? ch[1].n : (size_t)room);
   }
   /* The stream (both parts), with the segment's real name. */
-  size_t n0 = ch[0].n, n2 = nch > 2 ? ch[2].n : 0;
-  uint8_t *stream = malloc(n0 + n2 + 1);
+  const char *real = ez_shm_name(g_shm);
+  size_t n0 = ch[0].n, n2 = nch > 2 ? ch[2].n : 0, grow = strlen(real) + 8;
+  uint8_t *stream = malloc((n0 + n2) * (1 + grow / (8 + strlen(PLACEHOLDER))) + 1);
   if (!stream) return 0;
-  if (n0) memcpy(stream, ch[0].p, n0);
-  if (n2) memcpy(stream + n0, ch[2].p, n2);
-  size_t pl = strlen(PLACEHOLDER);
-  for (size_t i = 0; i + pl <= n0 + n2; i++)
-    if (memcmp(stream + i, PLACEHOLDER, pl) == 0) memcpy(stream + i, ez_shm_name(g_shm), pl);
+  n0 = put_named(stream, ch[0].p, n0, real);
+  n2 = nch > 2 ? put_named(stream + n0, ch[2].p, n2, real) : 0;
 
   char topic[64];
   snprintf(topic, sizeof topic, "fzc/%u", g_count++);

@@ -74,6 +74,7 @@ struct op {
 
 typedef struct segment {
   char name[64];
+  int hold_fd; /* keeps the name ours while we live (ezi_shm_sweep) */
   int leases;
   struct segment *next;
 } segment;
@@ -278,6 +279,7 @@ static conn *find_client(server *s, const char *id, size_t n, cstate st) {
 static void seg_release(server *s, segment *g) {
   if (--g->leases > 0) return;
   ezi_shm_unlink(g->name);
+  close(g->hold_fd); /* after the unlink: a sweep never finds the name unheld */
   EZI_DEBUG("graph server: unlinked %s", g->name);
   for (segment **p = &s->segs; *p; p = &(*p)->next) {
     if (*p == g) {
@@ -536,7 +538,8 @@ static void handle_shm(server *s, conn *c, uint8_t cmd, uint64_t nbuf, uint64_t 
   segment *g = NULL;
   if (cmd == EZI_SHM_CREATE) {
     ezi_shm shm;
-    int rc = s->n_segs >= MAX_SEGMENTS ? EZ_EMSGSIZE : ezi_shm_create(nbuf, size, &shm);
+    int hold = -1;
+    int rc = s->n_segs >= MAX_SEGMENTS ? EZ_EMSGSIZE : ezi_shm_create(nbuf, size, &shm, &hold);
     if (rc) {
       EZI_WARN("graph server: cannot create segment (%llu x %llu): %s", (unsigned long long)nbuf,
                (unsigned long long)size, ez_strerror(rc));
@@ -546,9 +549,11 @@ static void handle_shm(server *s, conn *c, uint8_t cmd, uint64_t nbuf, uint64_t 
     if (!g) {
       ezi_shm_unlink(shm.name);
       ezi_shm_detach(&shm);
+      close(hold);
       return conn_close(c);
     }
     snprintf(g->name, sizeof g->name, "%s", shm.name);
+    g->hold_fd = hold;
     ezi_shm_detach(&shm); /* the server only names it; clients map it */
     g->next = s->segs;
     s->segs = g;
@@ -814,6 +819,7 @@ int ez_server_start_opts(const char *address, const ez_server_opts *opts, ez_ser
   if (opts && opts->max_clients < 0) return EZ_EINVAL;
   ezi_addr_resolve(address, addr);
   if (!out || ezi_addr_parse(addr, host, &port)) return EZ_EADDR;
+  ezi_shm_sweep(EZI_SHM_STALE_S); /* what servers SIGKILLed with their publishers left */
   server *s = calloc(1, sizeof *s);
   if (!s) return EZ_ENOMEM;
   s->max_conns = opts && opts->max_clients ? (size_t)opts->max_clients : MAX_CONNS;

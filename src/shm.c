@@ -3,11 +3,13 @@
 #include "internal.h"
 #include "le.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -54,7 +56,8 @@ static int sys_err(int e) {
   return (e == ENOMEM || e == ENOSPC || e == EFBIG) ? EZ_ENOMEM : EZ_ESYS;
 }
 
-int ezi_shm_create(uint64_t num_buffers, uint64_t buf_size, ezi_shm *out) {
+int ezi_shm_create(uint64_t num_buffers, uint64_t buf_size, ezi_shm *out, int *hold_fd) {
+  if (hold_fd) *hold_fd = -1;
   if (!out) return EZ_EINVAL;
   memset(out, 0, sizeof *out);
   if (num_buffers < 1 || num_buffers > EZI_SHM_MAX_BUFFERS || buf_size < 1 ||
@@ -68,7 +71,7 @@ int ezi_shm_create(uint64_t num_buffers, uint64_t buf_size, ezi_shm *out) {
   char name[EZI_SHM_NAME_MAX + 1], path[EZI_SHM_NAME_MAX + 2];
   int fd = -1;
   for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-    snprintf(name, sizeof name, "psm_%08x", (unsigned)random32());
+    snprintf(name, sizeof name, EZI_SHM_PREFIX "%08x", (unsigned)random32());
     shm_path(path, name);
     fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0 && errno != EEXIST && errno != EINTR) {
@@ -85,6 +88,12 @@ int ezi_shm_create(uint64_t num_buffers, uint64_t buf_size, ezi_shm *out) {
   int rc = 0, e = 0;
   const char *what = NULL;
   uint8_t *base = MAP_FAILED;
+  /* The hold first: ezi_shm_sweep takes a name nobody holds only once it is EZI_SHM_STALE_S old. */
+  while (hold_fd && flock(fd, LOCK_SH | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    e = errno, what = "flock";
+    goto fail;
+  }
   while (ftruncate(fd, (off_t)total) != 0) {
     if (errno == EINTR) continue;
     e = errno, what = "ftruncate";
@@ -105,7 +114,10 @@ int ezi_shm_create(uint64_t num_buffers, uint64_t buf_size, ezi_shm *out) {
     e = errno, what = "mmap";
     goto fail;
   }
-  close(fd);
+  if (hold_fd)
+    *hold_fd = fd;
+  else
+    close(fd);
   ezi_put_u64le(base, num_buffers);
   ezi_put_u64le(base + 8, stride);
   memcpy(out->name, name, sizeof name);
@@ -192,4 +204,39 @@ int ezi_shm_unlink(const char *name) {
   if (e == ENOENT) return EZ_ENOENT;
   EZI_WARN("shm_unlink(%s) failed: %s", path, strerror(e));
   return EZ_ESYS;
+}
+
+/* Whether name is EZI_SHM_PREFIX + 8 lower-case hex digits. */
+static bool ours(const char *name) {
+  size_t pl = strlen(EZI_SHM_PREFIX);
+  if (strncmp(name, EZI_SHM_PREFIX, pl) || strlen(name) != pl + 8) return false;
+  for (const char *c = name + pl; *c; c++)
+    if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f'))) return false;
+  return true;
+}
+
+int ezi_shm_sweep(time_t min_age_s) {
+  DIR *d = opendir("/dev/shm");
+  if (!d) return 0;
+  int n = 0;
+  time_t now = time(NULL);
+  struct dirent *ent;
+  while ((ent = readdir(d))) {
+    if (!ours(ent->d_name)) continue;
+    int fd = openat(dirfd(d), ent->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st, again;
+    /* Nobody holds it (its server, and every process that inherited the hold, are gone) ... */
+    if (!fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+        now - st.st_mtime >= min_age_s && !flock(fd, LOCK_EX | LOCK_NB) &&
+        /* ... and the name still is that file (not unlinked and made anew meanwhile). */
+        !fstatat(dirfd(d), ent->d_name, &again, AT_SYMLINK_NOFOLLOW) && again.st_ino == st.st_ino &&
+        again.st_dev == st.st_dev && !unlinkat(dirfd(d), ent->d_name, 0)) {
+      EZI_INFO("removed %s, a segment its dead graph server left", ent->d_name);
+      n++;
+    }
+    close(fd);
+  }
+  closedir(d);
+  return n;
 }

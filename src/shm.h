@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #define EZI_SHM_NAME_MAX 63               /* longest segment name we accept */
 #define EZI_SHM_MAX_BUFFERS 65536u        /* most buffers ezi_shm_create makes */
@@ -25,15 +26,37 @@ typedef struct ezi_shm {
   uint64_t num_buffers, stride;
 } ezi_shm;
 
-/* Creates a new segment named "psm_" + 8 random lower-case hex digits (shm_open O_CREAT|O_EXCL,
- * mode 0600, a new name on EEXIST), sizes it, reserves its memory (so a full /dev/shm fails here,
- * not with SIGBUS on first write), maps it and writes the header. The rest reads as zeros.
- * Limits: num_buffers in [1, EZI_SHM_MAX_BUFFERS], buf_size in [1, EZI_SHM_MAX_BUF_SIZE], and
- * the total must fit in size_t and off_t: EZ_EINVAL otherwise. EZ_ENOMEM if the memory cannot be
- * had (mmap ENOMEM, /dev/shm full), EZ_ESYS on other failures (logged); on failure nothing is left
- * in /dev/shm and *out is zeroed. On success the caller owns the mapping (ezi_shm_detach) and the
- * name (ezi_shm_unlink). */
-int ezi_shm_create(uint64_t num_buffers, uint64_t buf_size, ezi_shm *out);
+/* Creates a new segment named EZI_SHM_PREFIX + 8 random lower-case hex digits (shm_open
+ * O_CREAT|O_EXCL, mode 0600, a new name on EEXIST), sizes it, reserves its memory (so a full
+ * /dev/shm fails here, not with SIGBUS on first write), maps it and writes the header. The rest
+ * reads as zeros. Limits: num_buffers in [1, EZI_SHM_MAX_BUFFERS], buf_size in [1,
+ * EZI_SHM_MAX_BUF_SIZE], and the total must fit in size_t and off_t: EZ_EINVAL otherwise.
+ * EZ_ENOMEM if the memory cannot be had (mmap ENOMEM, /dev/shm full), EZ_ESYS on other failures
+ * (logged); on failure nothing is left in /dev/shm and *out is zeroed. On success the caller owns
+ * the mapping (ezi_shm_detach) and the name (ezi_shm_unlink).
+ *
+ * hold_fd: if not NULL, *hold_fd gets an open descriptor of the segment holding a shared flock,
+ * which the caller closes after unlinking the name (-1 on failure). The lock lasts while that
+ * descriptor, a copy of it (fork, dup) or the mapping made from it is open. While it lasts,
+ * ezi_shm_sweep leaves the name alone; once it is gone, the name is left over. Without it the name
+ * counts as left over from the start (ezi_shm_sweep removes it once EZI_SHM_STALE_S old). */
+int ezi_shm_create(uint64_t num_buffers, uint64_t buf_size, ezi_shm *out, int *hold_fd);
+
+/* Our segments' names start so ("psm_" as the reference's, then "ez", which its names, 8 hex
+ * digits after "psm_", never have), followed by 8 hex digits. */
+#define EZI_SHM_PREFIX "psm_ez"
+
+/* A name of ours older than this that nobody holds is left over (ezi_shm_sweep). The age only
+ * guards the moment between a segment's creation and its flock. */
+#define EZI_SHM_STALE_S 10
+
+/* Removes the names of our segments (EZI_SHM_PREFIX + 8 hex digits) in /dev/shm that belong to
+ * this user, are at least min_age_s old (by their mtime) and that no process holds (see
+ * hold_fd above): segments whose graph server died without unlinking them, with the process that
+ * asked for them dying too (both SIGKILLed, say), which nobody else would remove. A name whose
+ * file was replaced meanwhile is left alone. Mappings elsewhere stay valid. The graph server calls
+ * it when it starts. Returns how many names it removed. Any thread. */
+int ezi_shm_sweep(time_t min_age_s);
 
 /* Opens and maps the existing segment `name` read-write and validates its header against its
  * size: size >= 16, num_buffers >= 1, stride >= 16 and num_buffers * stride == size (no

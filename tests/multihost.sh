@@ -238,7 +238,7 @@ pass "$COUNT messages (6 of 200 kB) from $PUB_IP reach $SUB_IP and $SRV_IP intac
 
 # The publisher's segment is in the machine's /dev/shm (the server's); the remote subscriber's
 # /dev/shm is empty, so it could not have used shared memory.
-SEGS=$(grep -o 'psm_[0-9a-f]*' "/proc/$PUB/maps" 2>/dev/null | sort -u)
+SEGS=$(grep -o 'psm_[0-9a-z_]*' "/proc/$PUB/maps" 2>/dev/null | sort -u)
 [ -n "$SEGS" ] || fail "the publisher maps no segment (it shares /dev/shm with the server)"
 
 # ---- the profile, from the server's host -------------------------------------------------------

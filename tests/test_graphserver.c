@@ -613,7 +613,7 @@ static void test_shm_leases(void **state) {
   fixture *f = *state;
   char name[64], name2[64];
   int lease1 = raw_shm_create(f->addr, 4, 1000, name);
-  assert_true(strncmp(name, "psm_", 4) == 0 && strlen(name) == 12);
+  assert_true(strncmp(name, "psm_ez", 6) == 0 && strlen(name) == 14);
   assert_true(shm_exists(name));
   ezi_shm m;
   assert_int_equal(ezi_shm_attach(name, &m), 0);

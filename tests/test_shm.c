@@ -40,8 +40,8 @@ static void remove_segment(const char *name) {
 }
 
 static bool is_psm_name(const char *n) {
-  if (strlen(n) != 12 || strncmp(n, "psm_", 4) != 0) return false;
-  for (int i = 4; i < 12; i++)
+  if (strlen(n) != 14 || strncmp(n, "psm_ez", 6) != 0) return false;
+  for (int i = 6; i < 14; i++)
     if (!((n[i] >= '0' && n[i] <= '9') || (n[i] >= 'a' && n[i] <= 'f'))) return false;
   return true;
 }
@@ -54,7 +54,7 @@ static bool all_zero(const ezi_shm *z) {
 static void test_create_layout(void **state) {
   (void)state;
   ezi_shm s;
-  assert_int_equal(ezi_shm_create(4, 100, &s), 0);
+  assert_int_equal(ezi_shm_create(4, 100, &s, NULL), 0);
   assert_true(is_psm_name(s.name));
   assert_int_equal(s.num_buffers, 4);
   assert_int_equal(s.stride, 100 + 16 * 4);
@@ -86,7 +86,7 @@ static void test_create_layout(void **state) {
 static void test_two_mappings(void **state) {
   (void)state;
   ezi_shm a, b;
-  assert_int_equal(ezi_shm_create(3, 4096, &a), 0);
+  assert_int_equal(ezi_shm_create(3, 4096, &a, NULL), 0);
   assert_int_equal(ezi_shm_attach(a.name, &b), 0);
   assert_string_equal(a.name, b.name);
   assert_ptr_not_equal(a.base, b.base);
@@ -130,7 +130,7 @@ static void test_many_names_distinct(void **state) {
   enum { N = 8 };
   ezi_shm s[N];
   for (int i = 0; i < N; i++) {
-    assert_int_equal(ezi_shm_create(1, 1, &s[i]), 0);
+    assert_int_equal(ezi_shm_create(1, 1, &s[i], NULL), 0);
     assert_true(is_psm_name(s[i].name));
     assert_int_equal(s[i].stride, 17);
     assert_int_equal(s[i].size, 17);
@@ -190,12 +190,12 @@ static void test_create_invalid(void **state) {
   for (size_t i = 0; i < sizeof args / sizeof args[0]; i++) {
     ezi_shm s;
     memset(&s, 0x55, sizeof s);
-    if (ezi_shm_create(args[i][0], args[i][1], &s) != EZ_EINVAL)
+    if (ezi_shm_create(args[i][0], args[i][1], &s, NULL) != EZ_EINVAL)
       fail_msg("create(%llu, %llu) accepted", (unsigned long long)args[i][0],
                (unsigned long long)args[i][1]);
     assert_true(all_zero(&s));
   }
-  assert_int_equal(ezi_shm_create(1, 1, NULL), EZ_EINVAL);
+  assert_int_equal(ezi_shm_create(1, 1, NULL, NULL), EZ_EINVAL);
 }
 
 /* Captures the library's log lines (this test process has no library threads). */
@@ -220,15 +220,15 @@ static void test_create_too_big(void **state) {
   memset(&s, 0x55, sizeof s);
   g_log[0] = 0;
   ez_set_log_hook(capture, NULL, EZ_LOG_DEBUG);
-  int rc = ezi_shm_create(2, 1ull << 40, &s);
+  int rc = ezi_shm_create(2, 1ull << 40, &s, NULL);
   ez_set_log_hook(NULL, NULL, EZ_LOG_ERROR);
   assert_int_equal(rc, EZ_ENOMEM);
   assert_true(all_zero(&s));
   const char *p = strstr(g_log, "/psm_");
   if (!p) fail_msg("no segment name in the log: %s", g_log);
-  char name[13];
-  memcpy(name, p + 1, 12);
-  name[12] = 0;
+  char name[15];
+  memcpy(name, p + 1, 14);
+  name[14] = 0;
   assert_true(is_psm_name(name));
   assert_false(shm_exists(name));
 }
