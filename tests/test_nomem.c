@@ -16,9 +16,13 @@
  *   puts it in its slot instead, and the subscriber gets it intact.
  * - A publisher in this process whose outbox to a TCP channel cannot grow (src/context.c): the
  *   frame is lost with the link, the subscriber in another process joins again, and what it
- *   prints is whole messages in order, the stream going on after the failure. */
+ *   prints is whole messages in order, the stream going on after the failure.
+ * - The tick that expires sampled stamps (src/stamptick.c) cannot get its timer or the post that
+ *   starts it: it stops, and the next sampled stamp starts it again. */
 #include "channel.h"
 #include "harness.h"
+#include "loop.h"
+#include "telclock.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -63,12 +67,13 @@ void *__wrap_calloc(size_t n, size_t size) {
 }
 
 #define REALLOC_FAIL_MIN 4096
-static _Thread_local bool t_realloc_fail; /* this thread's reallocs may fail */
-static int g_realloc_fails;               /* atomic: failures still to make */
-static int g_realloc_failed;              /* atomic: failures made */
+static _Thread_local bool t_realloc_fail;       /* this thread's reallocs may fail */
+static int g_realloc_fails;                     /* atomic: failures still to make */
+static int g_realloc_failed;                    /* atomic: failures made */
+static size_t g_realloc_min = REALLOC_FAIL_MIN; /* atomic: ... of this many bytes or more */
 
 void *__wrap_realloc(void *p, size_t n) {
-  if (t_realloc_fail && n >= REALLOC_FAIL_MIN &&
+  if (t_realloc_fail && n >= __atomic_load_n(&g_realloc_min, __ATOMIC_SEQ_CST) &&
       __atomic_sub_fetch(&g_realloc_fails, 1, __ATOMIC_SEQ_CST) >= 0) {
     __atomic_add_fetch(&g_realloc_failed, 1, __ATOMIC_SEQ_CST);
     return NULL;
@@ -88,6 +93,7 @@ static void fail_none(void) {
   __atomic_store_n(&g_fail_size, 0, __ATOMIC_SEQ_CST);
   __atomic_store_n(&g_fail_count, 0, __ATOMIC_SEQ_CST);
   __atomic_store_n(&g_realloc_fails, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&g_realloc_min, REALLOC_FAIL_MIN, __ATOMIC_SEQ_CST);
   t_realloc_fail = false;
 }
 
@@ -397,6 +403,77 @@ static void test_outbox_grow_fails(void **state) {
   ez_context_close(ctx);
 }
 
+/* ---- the stamp tick (stamptick.c) ----------------------------------------------------------
+ * Its loop's timer or the post that starts it cannot be allocated: the tick stops, and the next
+ * sampled stamp starts it again, so stamps still expire. Without a server in the process, the
+ * test's own loop is the only other thread, idle but for the tick. */
+
+static void *loop_failing_reallocs(void *arg) {
+  t_realloc_fail = true; /* its first timer array is the tick's */
+  ezi_loop_run(arg);
+  return NULL;
+}
+
+static bool tick_wait(ezi_tick *k, bool (*done)(ezi_tick *)) {
+  int64_t end = th_now_ms() + TMO;
+  while (!done(k) && th_now_ms() < end)
+    th_sleep_ms(2);
+  return done(k);
+}
+static bool tick_stopped(ezi_tick *k) { return !__atomic_load_n(&k->armed, __ATOMIC_SEQ_CST); }
+static bool tick_advanced(ezi_tick *k) { return __atomic_load_n(&k->n, __ATOMIC_SEQ_CST) > 0; }
+
+/* timer: its timer array cannot be allocated on the loop thread; else the start's post fails. */
+static void tick_restarts(bool timer) {
+  ezi_loop *l = NULL;
+  assert_int_equal(ezi_loop_new(&l), 0);
+  if (timer) {
+    __atomic_store_n(&g_realloc_failed, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&g_realloc_min, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&g_realloc_fails, 1, __ATOMIC_SEQ_CST);
+  }
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, loop_failing_reallocs, l), 0);
+  ezi_tick *k = ezi_tick_new(l);
+  assert_non_null(k);
+  if (!timer) fail_after(3 * sizeof(void *), 0, 1); /* loop.c's post: fn, arg, next */
+  ezi_tick_note(k);                                 /* a sampled stamp: start the timer */
+  if (!timer) fail_none();
+  assert_true(tick_wait(k, tick_stopped));
+  if (timer) /* (the start's post may still be on its way to the failing realloc) */
+    while (!__atomic_load_n(&g_realloc_failed, __ATOMIC_SEQ_CST))
+      th_sleep_ms(2);
+  assert_int_equal(timer ? __atomic_load_n(&g_realloc_failed, __ATOMIC_SEQ_CST)
+                         : __atomic_load_n(&g_failed, __ATOMIC_SEQ_CST),
+                   1);
+  assert_true(tick_wait(k, tick_stopped)); /* it gave up: nothing advances the tick now */
+  th_sleep_ms((int)(3 * EZI_TICK_NS / 1000000));
+  assert_false(tick_advanced(k));
+  ezi_tick_note(k); /* the next sampled stamp */
+  assert_true(tick_wait(k, tick_advanced));
+  fail_none();
+  ezi_loop_stop(l);
+  pthread_join(t, NULL);
+  ezi_tick_free(k);
+  ezi_loop_free(l);
+}
+
+static int fail_none_teardown(void **state) {
+  (void)state;
+  fail_none();
+  return 0;
+}
+
+static void test_tick_timer_fails(void **state) {
+  (void)state;
+  tick_restarts(true);
+}
+
+static void test_tick_start_post_fails(void **state) {
+  (void)state;
+  tick_restarts(false);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_tcp_buffer_fails, th_setup, teardown),
@@ -408,6 +485,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_hot_buffer_fails, th_setup, teardown),
       cmocka_unit_test_setup_teardown(test_outbox_grow_fails, th_setup, teardown),
       cmocka_unit_test_setup_teardown(test_large_messages_reuse_chunks, th_setup, teardown),
+      cmocka_unit_test_teardown(test_tick_timer_fails, fail_none_teardown),
+      cmocka_unit_test_teardown(test_tick_start_post_fails, fail_none_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
