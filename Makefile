@@ -62,7 +62,7 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-tsan build-fuzz build-notel build-notel-al $(NOTEL_TEST_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-tsan build-fuzz build-notel build-notel-al build-lay-on build-lay-off $(NOTEL_TEST_BUILD)
 
 format:
 	clang-format -i include/ezmsg/*.h src/*.[ch] tools/ezmsg/*.[ch] tests/*.[ch] examples/*.c bench/*.c bench/profile/*.c fuzz/*.[ch]

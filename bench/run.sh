@@ -16,19 +16,24 @@
 # a VM it moves with the host's placement of the virtual CPUs, and every polling transport moves
 # with it), so RESULTS.md can give the median of the pairs' ratios.
 #
-# A placebo runs beside them: the telemetry-off tree against a third one, NOTEL_BUILD-al, the same
-# code with every function aligned to 64 bytes. Nothing differs but where the code lies, so its
-# ratio shows how far layout alone moves such a comparison on this machine.
+# Where the code lies alone moves a build's shm rate by several percent here, so a telemetry pair
+# compares the two builds in one of LAYOUTS code layouts each, taking the next layout every round:
+# BUILD-lay-on and BUILD-lay-off are the two builds compiled with -ffunction-sections, their CLI
+# linked LAYOUTS times with its functions shuffled (CMake's EZ_BENCH_LAYOUTS, lld). A placebo pair
+# compares two layouts of the telemetry-off build: nothing differs but where the code lies, so its
+# ratio shows how far layout alone moves a comparison here. The default build (BUILD) against
+# BUILD-notel, one layout each, is measured too and reported beside them.
 #
-# Environment: ROUNDS (5), TEL_ROUNDS (21), DURATION (0.8 s measured per run), WARMUP (0.25 s), JOBS (2),
-# OUT (bench/RESULTS.md), NOTEL_BUILD (BUILD-notel). A "## Where the time goes" section already in
-# OUT is kept (it is written by hand).
+# Environment: ROUNDS (5), TEL_ROUNDS (20), LAYOUTS (4), DURATION (0.8 s measured per run), WARMUP
+# (0.25 s), JOBS (2), OUT (bench/RESULTS.md), NOTEL_BUILD (BUILD-notel). A "## Where the time
+# goes" section already in OUT is kept (it is written by hand).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD=${1:-build}
 ROUNDS=${ROUNDS:-5}
-TEL_ROUNDS=${TEL_ROUNDS:-21}
+TEL_ROUNDS=${TEL_ROUNDS:-20}
+LAYOUTS=${LAYOUTS:-4}
 DURATION=${DURATION:-0.8}
 WARMUP=${WARMUP:-0.25}
 JOBS=${JOBS:-2}
@@ -82,11 +87,19 @@ cmake -S . -B "$NOTEL" -DCMAKE_BUILD_TYPE="${btype:-RelWithDebInfo}" -DEZ_TELEME
   -DEZ_TESTS=OFF -DEZ_BENCH=OFF >/dev/null
 cmake --build "$NOTEL" -j"$JOBS" --target ezmsg_cli >/dev/null
 EZ_NOTEL=$NOTEL/ezmsg
-echo "bench: building $NOTEL-al (the same, -falign-functions=64: the placebo)" >&2
-cmake -S . -B "$NOTEL-al" -DCMAKE_BUILD_TYPE="${btype:-RelWithDebInfo}" -DEZ_TELEMETRY=OFF \
-  -DEZ_TESTS=OFF -DEZ_BENCH=OFF -DCMAKE_C_FLAGS=-falign-functions=64 >/dev/null
-cmake --build "$NOTEL-al" -j"$JOBS" --target ezmsg_cli >/dev/null
-EZ_NOTEL_AL=$NOTEL-al/ezmsg
+# The two builds in LAYOUTS code layouts each: BUILD-lay-on/ezmsg-layoutK and BUILD-lay-off/...
+LAY_TARGETS=()
+for k in $(seq 1 "$LAYOUTS"); do LAY_TARGETS+=("ezmsg_layout$k"); done
+for t in on:ON off:OFF; do
+  d=$BUILD-lay-${t%%:*}
+  echo "bench: building $d (-DEZ_TELEMETRY=${t#*:}, $LAYOUTS layouts of the CLI)" >&2
+  cmake -S . -B "$d" -DCMAKE_BUILD_TYPE="${btype:-RelWithDebInfo}" -DEZ_TELEMETRY="${t#*:}" \
+    -DEZ_TESTS=OFF -DEZ_BENCH=OFF -DCMAKE_C_FLAGS=-ffunction-sections \
+    -DEZ_BENCH_LAYOUTS="$LAYOUTS" >/dev/null
+  cmake --build "$d" -j"$JOBS" --target "${LAY_TARGETS[@]}" >/dev/null
+done
+# lay on|off K: that build's CLI in layout K (1..LAYOUTS; wraps around).
+lay() { echo "$BUILD-lay-$1/ezmsg-layout$(((($2 - 1) % LAYOUTS) + 1))"; }
 
 RAW=$BUILD/bench-raw.tsv
 : >"$RAW"
@@ -188,26 +201,31 @@ if [ -x "$PL" ]; then
 else
   echo "bench/run.sh: no $PL: the profile row is skipped" >&2
 fi
-# Telemetry compiled out vs in: pairs of runs back to back, the handoff time before each.
+# Telemetry compiled out vs in: pairs of runs back to back, the builds in layout `round` (lay).
 # The handoff is measured before and after every pair (handoff/KIND/TR: before the pair of KIND;
 # the next kind's, or telend's, after it), so that a pair during which the host moved the CPUs
 # can be told apart.
 for round in $(seq 1 "$TEL_ROUNDS"); do
   echo "bench: telemetry pairs, round $round of $TEL_ROUNDS ($(($(date +%s) - T_START)) s so far)" >&2
+  on=$(lay on "$round") off=$(lay off "$round") other=$(lay off $((round + 1)))
   for tr in local shm tcp; do
     record "handoff/tel/$tr" "$round" "$LIM" --handoff --json
-    pair "$round" "tel/off/$tr/64" "$EZ_NOTEL" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy \
-      -- "tel/on/$tr/64" "$EZ" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy
+    pair "$round" "tel/off/$tr/64" "$off" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy \
+      -- "tel/on/$tr/64" "$on" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy
     # The same with every node pinned to a CPU (ezmsg perf --pin): the scheduler's placement,
     # which flips unpinned runs between fast and slow modes, is then the same for both builds.
     record "handoff/telpin/$tr" "$round" "$LIM" --handoff --json
-    pair "$round" "telpin/off/$tr/64" "$EZ_NOTEL" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy \
-      --pin -- "telpin/on/$tr/64" "$EZ" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy --pin
-    # The placebo, pinned: the same code laid out differently ("on" is the aligned build).
+    pair "$round" "telpin/off/$tr/64" "$off" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy \
+      --pin -- "telpin/on/$tr/64" "$on" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy --pin
+    # The placebo, pinned: the telemetry-off build in this layout against the next layout.
     record "handoff/placebo/$tr" "$round" "$LIM" --handoff --json
-    pair "$round" "placebo/off/$tr/64" "$EZ_NOTEL" perf -c fanout -T "$tr" -s 64 "${PA[@]}" \
-      --copy --pin -- "placebo/on/$tr/64" "$EZ_NOTEL_AL" perf -c fanout -T "$tr" -s 64 "${PA[@]}" \
+    pair "$round" "placebo/off/$tr/64" "$off" perf -c fanout -T "$tr" -s 64 "${PA[@]}" \
+      --copy --pin -- "placebo/on/$tr/64" "$other" perf -c fanout -T "$tr" -s 64 "${PA[@]}" \
       --copy --pin
+    # The default build against the default telemetry-off build (one layout each), pinned.
+    record "handoff/teldef/$tr" "$round" "$LIM" --handoff --json
+    pair "$round" "teldef/off/$tr/64" "$EZ_NOTEL" perf -c fanout -T "$tr" -s 64 "${PA[@]}" \
+      --copy --pin -- "teldef/on/$tr/64" "$EZ" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy --pin
     record "handoff/telend/$tr" "$round" "$LIM" --handoff --json
   done
 done
@@ -227,7 +245,7 @@ M_CPU=$CPU
 M_KERNEL=$(uname -r)
 M_COMMIT=$COMMIT
 M_ZMQ=$(pkg-config --modversion libzmq 2>/dev/null || echo '?')
-export ROUNDS TEL_ROUNDS DURATION WARMUP LOAD_START LOAD_END ELAPSED BUILD
+export ROUNDS TEL_ROUNDS LAYOUTS DURATION WARMUP LOAD_START LOAD_END ELAPSED BUILD
 export BTYPE=${btype:-RelWithDebInfo}
 
 python3 - "$RAW" "$OUT" <<'PY'
@@ -237,6 +255,7 @@ raw, out = sys.argv[1], sys.argv[2]
 E = os.environ
 meta = dict(date=E["M_DATE"], nproc=E["M_NPROC"], cpu=E["M_CPU"], kernel=E["M_KERNEL"],
             commit=E["M_COMMIT"], rounds=int(E["ROUNDS"]), tel_rounds=int(E["TEL_ROUNDS"]),
+            layouts=int(E["LAYOUTS"]),
             duration=E["DURATION"],
             warmup=E["WARMUP"], load_start=E["LOAD_START"], load_end=E["LOAD_END"],
             elapsed=int(E["ELAPSED"]), build=E["BUILD"], btype=E["BTYPE"], zmq=E["M_ZMQ"])
@@ -306,7 +325,7 @@ HO_FAST = 2 * min(HO) if HO else None
 
 # A pair is in the fast placement if the handoff measured just before it and just after it were
 # both under twice the fastest seen: the host did not move the CPUs during the pair.
-HO_AFTER = {"tel": "telpin", "telpin": "placebo", "placebo": "telend"}
+HO_AFTER = {"tel": "telpin", "telpin": "placebo", "placebo": "teldef", "teldef": "telend"}
 
 def tel_rounds(tr, fast_only=False, kind="tel"):
     on, off = by_round("%s/on/%s/64" % (kind, tr), "msgs_per_s"), by_round("%s/off/%s/64" % (kind, tr), "msgs_per_s")
@@ -427,8 +446,8 @@ for tr in ZT:
     va, vb = tel_pairs(tr, True), tel_pairs(tr, True, kind="telpin")
     ca, cb = median_ci(va), median_ci(vb)
     pl, cpl = tel_ratio(tr, True, kind="placebo"), median_ci(tel_pairs(tr, True, kind="placebo"))
-    name = "telemetry in/out, %s 64 B (median of the fast-placement pairs, unpinned %s (%d pairs) and pinned %s (%d); 90%% intervals %s, %s; placebo, same code laid out differently: %s, %s)" % (
-        tr, "%.3f" % a if a else "n/a", len(va), "%.3f" % b if b else "n/a", len(vb),
+    name = "telemetry in/out, %s 64 B, %d code layouts of each build (median of the fast-placement pairs, unpinned %s (%d pairs) and pinned %s (%d); 90%% intervals %s, %s; placebo, two layouts of the same build: %s, %s)" % (
+        tr, meta["layouts"], "%.3f" % a if a else "n/a", len(va), "%.3f" % b if b else "n/a", len(vb),
         "%.2f–%.2f" % ca if ca else "n/a", "%.2f–%.2f" % cb if cb else "n/a",
         "%.3f" % pl if pl else "n/a", "%.2f–%.2f" % cpl if cpl else "n/a")
     if not (a and b and ca and cb):
@@ -575,7 +594,15 @@ w("")
 w("The same `ezmsg perf --copy` runs against a second tree built with `-DEZ_TELEMETRY=OFF` (no "
   "time stamp, no window: docs/profiling.md), in %d pairs per transport after the main rounds: "
   "the two runs of a pair back to back, which one first alternating; once as every other row "
-  "runs (unpinned), once with `--pin` (node k on CPU k). On this VM the cost of moving a cache "
+  "runs (unpinned), once with `--pin` (node k on CPU k). **Code layouts.** Where the code lies "
+  "alone moves a build's rate here by several percent (the placebo below), and one link of a "
+  "build is one draw of it, which a comparison of two single links takes for the builds' "
+  "difference. So the two builds are compiled with `-ffunction-sections` and their CLI linked "
+  "%d times each with its functions in another random order (lld `--shuffle-sections`, CMake "
+  "`EZ_BENCH_LAYOUTS`); pair k compares layout k mod %d of each, and the rows below are over "
+  "all layouts (as in Mytkowicz et al., *Producing wrong data without doing anything obviously "
+  "wrong*, ASPLOS 2009, and Curtsinger and Berger's Stabilizer). The default build's single "
+  "layouts are measured too, in the last rows. On this VM the cost of moving a cache "
   "line between the two CPUs switches between about 30 and 160 ns as the host moves them (the "
   "handoff row above), and unpinned runs also flip between fast and slow modes with the "
   "scheduler's placement of four busy threads on two CPUs; every polling transport's rate "
@@ -588,12 +615,12 @@ w("The same `ezmsg perf --copy` runs against a second tree built with `-DEZ_TELE
   "the same pairs: a build's runs may fall into two modes with the address layout each run gets "
   "(shm 64 B: a third of the compiled-out build's runs ~18%% slower), which the median of ratios "
   "follows only in its commoner mode. The interval is a 90%% bootstrap interval of the median of all pairs: where it is "
-  "wider than the difference in question, this run cannot tell that difference." % meta["tel_rounds"])
+  "wider than the difference in question, this run cannot tell that difference." % (meta["tel_rounds"], meta["layouts"], meta["layouts"]))
 w("")
 w("| transport | runs | telemetry on msgs/s | telemetry off msgs/s | on/off, median of pairs | its 90% interval | same, fast-placement pairs (count; 90% interval) | fast-placement pairs, ratio of mean rates | on/off (medians) | on/off (best runs) |")
 w("|---|---|---|---|---|---|---|---|---|---|")
 for tr in ZT:
-    for kind, label in (("tel", "unpinned"), ("telpin", "pinned")):
+    for kind, label in (("tel", "unpinned"), ("telpin", "pinned"), ("teldef", "default links, pinned")):
         a, b = "%s/on/%s/64" % (kind, tr), "%s/off/%s/64" % (kind, tr)
         sa, sb = stat(a, "msgs_per_s"), stat(b, "msgs_per_s")
         allp, fastp = tel_pairs(tr, kind=kind), tel_pairs(tr, True, kind=kind)
@@ -607,12 +634,12 @@ for tr in ZT:
           "%.3f–%.3f" % cf if cf else "n/a", "%.3f" % mr if mr else "n/a",
           ratio(med(a, "msgs_per_s"), med(b, "msgs_per_s")), ratio(sa[2] if sa else None, sb[2] if sb else None)))
 w("")
-w("**The placebo.** The telemetry-off tree against itself built with `-falign-functions=64`, "
-  "pinned, in the same rounds: the code is the same, only where it lies in memory differs. Its "
-  "ratio is how far layout alone moves a comparison of two builds here; a telemetry ratio within "
-  "the placebo's distance from 1 cannot be told from layout.")
+w("**The placebo.** The telemetry-off build in one layout against the same build in the next "
+  "layout, pinned, in the same rounds: the code is the same, only where it lies in memory "
+  "differs. The spread of its pairs is how far layout alone moves a comparison of two builds "
+  "here; a single pair of links cannot tell a telemetry cost smaller than that from layout.")
 w("")
-w("| transport | aligned/plain msgs/s | median of pairs | its 90% interval | fast-placement pairs (count; 90% interval) |")
+w("| transport | next layout / this one, msgs/s | median of pairs | its 90% interval | fast-placement pairs (count; 90% interval) |")
 w("|---|---|---|---|---|")
 for tr in ZT:
     v, vf = tel_pairs(tr, kind="placebo"), tel_pairs(tr, True, kind="placebo")

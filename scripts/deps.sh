@@ -4,8 +4,9 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libjansson-dev uuid-dev libcmocka-dev libzmq3-dev
       clang libclang-rt-14-dev iproute2 python3)
-# `deps.sh bench`: also iceoryx (its C binding and its RouDi daemon), a peer of `make bench` only.
-if [ "${1:-}" = bench ]; then pkgs+=(libiceoryx-binding-c-dev iceoryx); fi
+# `deps.sh bench`: also iceoryx (its C binding and its RouDi daemon), a peer of `make bench` only,
+# and lld, which links the code layouts of its telemetry comparison.
+if [ "${1:-}" = bench ]; then pkgs+=(libiceoryx-binding-c-dev iceoryx lld); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
