@@ -207,7 +207,7 @@ int ezi_shm_unlink(const char *name) {
 }
 
 /* Whether name is EZI_SHM_PREFIX + 8 lower-case hex digits. */
-static bool ours(const char *name) {
+static bool seg_name(const char *name) {
   size_t pl = strlen(EZI_SHM_PREFIX);
   if (strncmp(name, EZI_SHM_PREFIX, pl) || strlen(name) != pl + 8) return false;
   for (const char *c = name + pl; *c; c++)
@@ -215,28 +215,32 @@ static bool ours(const char *name) {
   return true;
 }
 
-int ezi_shm_sweep(time_t min_age_s) {
+int ezi_shm_sweep_names(bool (*match)(const char *name), time_t min_age_s, const char *what) {
   DIR *d = opendir("/dev/shm");
   if (!d) return 0;
   int n = 0;
   time_t now = time(NULL);
   struct dirent *ent;
   while ((ent = readdir(d))) {
-    if (!ours(ent->d_name)) continue;
+    if (!match(ent->d_name)) continue;
     int fd = openat(dirfd(d), ent->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) continue;
     struct stat st, again;
-    /* Nobody holds it (its server, and every process that inherited the hold, are gone) ... */
+    /* Nobody holds it (its maker, and every process that inherited the hold, are gone) ... */
     if (!fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
         now - st.st_mtime >= min_age_s && !flock(fd, LOCK_EX | LOCK_NB) &&
         /* ... and the name still is that file (not unlinked and made anew meanwhile). */
         !fstatat(dirfd(d), ent->d_name, &again, AT_SYMLINK_NOFOLLOW) && again.st_ino == st.st_ino &&
         again.st_dev == st.st_dev && !unlinkat(dirfd(d), ent->d_name, 0)) {
-      EZI_INFO("removed %s, a segment its dead graph server left", ent->d_name);
+      EZI_INFO("removed %s, %s", ent->d_name, what);
       n++;
     }
     close(fd);
   }
   closedir(d);
   return n;
+}
+
+int ezi_shm_sweep(time_t min_age_s) {
+  return ezi_shm_sweep_names(seg_name, min_age_s, "a segment its dead graph server left");
 }

@@ -11,6 +11,7 @@
 #ifndef EZI_SHM_H
 #define EZI_SHM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -53,10 +54,16 @@ int ezi_shm_create(uint64_t num_buffers, uint64_t buf_size, ezi_shm *out, int *h
 /* Removes the names of our segments (EZI_SHM_PREFIX + 8 hex digits) in /dev/shm that belong to
  * this user, are at least min_age_s old (by their mtime) and that no process holds (see
  * hold_fd above): segments whose graph server died without unlinking them, with the process that
- * asked for them dying too (both SIGKILLed, say), which nobody else would remove. A name whose
- * file was replaced meanwhile is left alone. Mappings elsewhere stay valid. The graph server calls
- * it when it starts. Returns how many names it removed. Any thread. */
+ * asked for them dying too (both SIGKILLed, say), which nobody else would remove. Mappings
+ * elsewhere stay valid. The graph server calls it when it starts. Returns how many names it
+ * removed. Any thread; reads the directory once. */
 int ezi_shm_sweep(time_t min_age_s);
+
+/* The same for any kind of name whose maker holds a shared flock on it while it lives (notice
+ * rings too, shmring.h): each name in /dev/shm that `match` accepts, of this user, at least
+ * min_age_s old and on which an exclusive flock can be had, is removed, and logged with `what`
+ * (why it was left over). A name whose file was replaced meanwhile is left alone. */
+int ezi_shm_sweep_names(bool (*match)(const char *name), time_t min_age_s, const char *what);
 
 /* Opens and maps the existing segment `name` read-write and validates its header against its
  * size: size >= 16, num_buffers >= 1, stride >= 16 and num_buffers * stride == size (no

@@ -3,13 +3,12 @@
 #include "internal.h"
 
 #include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -29,45 +28,24 @@ static void map_into(void *base, size_t size, uint32_t nbuf, ezi_ring *out) {
   out->nbuf = nbuf;
 }
 
-/* The creator's pid, if name is a ring's name ("psm_r" <pid> "_" <8 hex digits>), else 0. */
-static pid_t ring_owner(const char *name) {
-  if (strncmp(name, "psm_r", 5)) return 0;
+/* Whether name is a ring's name: "psm_r" <pid> "_" <8 hex digits>. */
+static bool ring_name(const char *name) {
+  if (strncmp(name, "psm_r", 5)) return false;
   const char *c = name + 5;
-  uint64_t pid = 0;
   int digits = 0;
-  for (; *c >= '0' && *c <= '9' && digits < 10; c++, digits++)
-    pid = pid * 10 + (uint64_t)(*c - '0');
-  if (!digits || *c++ != '_' || pid == 0 || pid > INT32_MAX) return 0;
+  for (; *c >= '0' && *c <= '9' && digits < 10; c++, digits++) {
+  }
+  if (!digits || *c++ != '_') return false;
   for (int i = 0; i < 8; i++, c++)
-    if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f'))) return 0;
-  return *c ? 0 : (pid_t)pid;
+    if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f'))) return false;
+  return !*c;
 }
 
 int ezi_ring_sweep(time_t min_age_s) {
-  DIR *d = opendir("/dev/shm");
-  if (!d) return 0;
-  int n = 0;
-  time_t now = time(NULL);
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    pid_t pid = ring_owner(e->d_name);
-    if (!pid || pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;
-    struct stat st;
-    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) ||
-        st.st_uid != geteuid() || now - st.st_mtime < min_age_s)
-      continue;
-    char path[sizeof e->d_name + 1];
-    snprintf(path, sizeof path, "/%s", e->d_name);
-    if (shm_unlink(path) == 0) {
-      EZI_DEBUG("removed %s, a notice ring its dead publisher left", e->d_name);
-      n++;
-    }
-  }
-  closedir(d);
-  return n;
+  return ezi_shm_sweep_names(ring_name, min_age_s, "a notice ring its dead publisher left");
 }
 
-static void sweep_once(void) { ezi_ring_sweep(EZI_RING_STALE_S); }
+static void sweep_once(void) { ezi_ring_sweep(EZI_SHM_STALE_S); }
 
 int ezi_ring_create(uint32_t nbuf, ezi_ring *out, char name[EZI_SHM_NAME_MAX + 1]) {
   *out = (ezi_ring){0};
@@ -85,7 +63,8 @@ int ezi_ring_create(uint32_t nbuf, ezi_ring *out, char name[EZI_SHM_NAME_MAX + 1
     if (fd < 0 && errno == EEXIST) continue;
     if (fd < 0) break;
     void *base = MAP_FAILED;
-    if (posix_fallocate(fd, 0, (off_t)size) == 0)
+    /* The hold (ezi_shm_sweep_names): the mapping keeps it after the descriptor is closed. */
+    if (flock(fd, LOCK_SH | LOCK_NB) == 0 && posix_fallocate(fd, 0, (off_t)size) == 0)
       base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (base == MAP_FAILED) {

@@ -9,8 +9,10 @@
  * `start_gen`), then num_buffers entries of one cache line each. The publisher creates it (mode
  * 0600) and sends its name; the channel maps it and removes the name at once, so a crash of either
  * side leaves nothing in /dev/shm. If both die before that (the publisher between creating it and
- * the channel mapping it), the name stays behind; it carries the creator's pid, so that the next
- * ezmsg-c process to create a ring removes it (ezi_ring_sweep). */
+ * the channel mapping it), the name stays behind. Its creator holds a shared flock on it for as
+ * long as its mapping lasts, so the next ezmsg-c process to create a ring removes a name nobody
+ * holds (ezi_ring_sweep). The name also carries the creator's pid, for whoever looks at
+ * /dev/shm. */
 #ifndef EZI_SHMRING_H
 #define EZI_SHMRING_H
 
@@ -47,13 +49,11 @@ typedef struct ezi_ring {
   uint32_t nbuf;
 } ezi_ring;
 
-/* A ring name older than this whose creator is gone is left over (ezi_ring_sweep). */
-#define EZI_RING_STALE_S 60
-
 /* Creates and maps a ring for num_buffers slots under a new name ("psm_r" + this process's pid +
  * "_" + 8 random hex digits, written to name). EZ_ENOMEM / EZ_ESYS (logged). The caller removes
- * the name (ezi_shm_unlink) once the channel has mapped it or is gone. The first call in a
- * process sweeps leftovers first (ezi_ring_sweep(EZI_RING_STALE_S)). */
+ * the name (ezi_shm_unlink) once the channel has mapped it or is gone. The creator's mapping holds
+ * a shared flock on it until ezi_ring_detach. The first call in a process sweeps leftovers first
+ * (ezi_ring_sweep(EZI_SHM_STALE_S)). */
 int ezi_ring_create(uint32_t num_buffers, ezi_ring *out, char name[EZI_SHM_NAME_MAX + 1]);
 
 /* Maps the ring `name` (n bytes, not NUL-terminated), checks that it is one for num_buffers slots
@@ -61,12 +61,10 @@ int ezi_ring_create(uint32_t num_buffers, ezi_ring *out, char name[EZI_SHM_NAME_
  * valid name, EZ_ENOENT / EZ_ESYS otherwise. */
 int ezi_ring_attach(const char *name, size_t n, uint32_t num_buffers, ezi_ring *out);
 
-/* Removes from /dev/shm the ring names (only those: the name's shape above) of this user whose
- * creator process no longer exists (kill(pid, 0) says ESRCH) and that are at least min_age_s
- * seconds old. The age keeps a pid namespace of its own, whose live pids this process cannot
- * see, from losing a ring mid-handshake: a live ring is named only for the handshake's few
- * milliseconds (or while a channel that never maps it stays connected). Returns how many it
- * removed. Any thread; reads the directory once. */
+/* Removes from /dev/shm the ring names (only those: the name's shape above) of this user that
+ * no creator holds any more (its process is gone, or detached it without removing the name) and
+ * that are at least min_age_s seconds old (ezi_shm_sweep_names). Returns how many it removed. Any
+ * thread; reads the directory once. */
 int ezi_ring_sweep(time_t min_age_s);
 
 /* Unmaps; idempotent, safe on a zeroed ring. */
