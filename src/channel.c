@@ -213,12 +213,10 @@ void ezi_chan_unref(chan *c) {
     ezi_loop_post(c->ctx->loop, destroy_task, c);
 }
 
-void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
+/* ezi_chan_release for a channel with slots (TCP, or TX_SHM notices). Out of line, so that the
+ * call for a ring or local channel, one per message there, stays a check and a jump. */
+static __attribute__((noinline)) void slot_release(chan_sub *cs, uint64_t msg_id) {
   chan *c = cs->ch;
-  if (c->ls) {
-    ezi_lchan_release(cs, msg_id);
-    return;
-  }
   bool free_cs = false;
   pthread_mutex_lock(&c->mu);
   uint32_t idx = (uint32_t)(msg_id % c->nslot);
@@ -241,6 +239,13 @@ void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
     ezi_chan_sub_free(cs);
     ezi_chan_unref(c);
   }
+}
+
+void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
+  if (cs->ch->ls)
+    ezi_lchan_release(cs, msg_id);
+  else
+    slot_release(cs, msg_id);
 }
 
 /* ---- graph link ---------------------------------------------------------------------------- */
