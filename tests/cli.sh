@@ -181,6 +181,22 @@ ez_stop "$P0" TERM || rc=$?
 assert_eq 0 "$rc" "ezmsg serve (port 0) exit status"
 pass "ezmsg serve --address 127.0.0.1:0 announces its port"
 
+# serve raises its soft open-files limit to the hard one: started with a soft limit of 256, it
+# runs with the hard limit (as far as 1 Mi).
+HARD=$(ulimit -Hn)
+if [ "$HARD" != unlimited ] && [ "$HARD" -gt 256 ]; then
+  ADDR=$(ez_free_address)
+  (ulimit -Sn 256 && exec "$EZ_CLI" serve --address "$ADDR") >"$T/fdl.out" 2>"$T/fdl.err" &
+  FDL=$!
+  ez_track "$FDL"
+  ez_wait_server "$ADDR" || fail "ezmsg serve with a soft limit of 256 did not come up"
+  want=$((HARD > 1048576 ? 1048576 : HARD))
+  soft=$(awk '/^Max open files/ {print $4}' "/proc/$FDL/limits")
+  assert_eq "$want" "$soft" "ezmsg serve's soft open-files limit"
+  ez_stop "$FDL" TERM || fail "serve (soft limit 256) exit status"
+  pass "ezmsg serve raises its open-files limit to the hard limit"
+fi
+
 # A port taken by something else: serve and start fail with exit 1.
 ADDR=$(ez_free_address)
 ez_start_serve "$ADDR"

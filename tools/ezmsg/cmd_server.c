@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -37,7 +38,7 @@ static const cli_spec serve_spec = {
     .args = "",
     .about = "Runs a graph server in the foreground until SIGINT or SIGTERM, or until a shutdown\n"
              "request stops it (exit 0 either way). A port of 0 picks a free port; the address\n"
-             "is announced on stderr.",
+             "is announced on stderr. It raises its open-files limit to the hard limit.",
     .min_args = 0,
     .max_args = 0,
     .listen = true,
@@ -58,6 +59,19 @@ static const cli_spec start_spec = {
     .opts_short = "c:",
     .opts_help = SERVER_OPTS_HELP,
 };
+
+/* Raises this process's soft limit on open files to its hard limit (at most 1 Mi). A server
+ * holds a descriptor per client connection and one per shared-memory segment, and a soft limit
+ * of 1024 (the usual default) would cap a large graph long before the hard limit does. Failure
+ * leaves the limit as it was. */
+static void raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl)) return;
+  rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (1u << 20) ? (1u << 20) : rl.rlim_max;
+  if (rl.rlim_cur >= want) return;
+  rl.rlim_cur = want;
+  setrlimit(RLIMIT_NOFILE, &rl);
+}
 
 /* Blocks SIGINT and SIGTERM (taken with sigtimedwait instead), then resets their dispositions:
  * a shell starts background jobs with SIGINT ignored, and an ignored signal is discarded even
@@ -90,6 +104,7 @@ int cmd_serve(int argc, char **argv) {
   if (rc >= 0) return rc;
   sigset_t set;
   block_stop_signals(&set); /* before the server thread exists, so it inherits the mask */
+  raise_fd_limit();
   ez_server *srv = NULL;
   rc = ez_server_start_opts(ctx.address, &opts, &srv);
   if (rc) {
@@ -146,6 +161,7 @@ static void daemon_main(const cli_ctx *ctx, const ez_server_opts *opts, int repo
   }
   sigset_t set;
   block_stop_signals(&set);
+  raise_fd_limit();
   ez_server *srv = NULL;
   int32_t rc = ez_server_start_opts(ctx->address, opts, &srv);
   ssize_t w;
