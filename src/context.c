@@ -77,7 +77,9 @@ bool ezi_outbox_put_locked(ezi_outbox *ob, const void *p1, size_t n1, const void
   size_t s1 = sent < n1 ? sent : n1, s2 = sent - s1; /* what was sent of each part */
   const uint8_t *r1 = s1 < n1 ? (const uint8_t *)p1 + s1 : NULL;
   const uint8_t *r2 = s2 < n2 ? (const uint8_t *)p2 + s2 : NULL;
-  __atomic_add_fetch(&ob->unsent, n1 + n2 - sent, __ATOMIC_RELEASE);
+  /* One writer at a time (ob->mu): a plain store, no locked add on every frame. */
+  __atomic_store_n(&ob->appended, __atomic_load_n(&ob->appended, __ATOMIC_RELAXED) + n1 + n2 - sent,
+                   __ATOMIC_RELEASE);
   if (ezi_buf_put2(&ob->pending, r1, n1 - s1, r2, n2 - s2)) {
     /* Out of memory: this frame, or the rest of it, is lost, so the stream is broken. The outbox
      * dies; the I/O thread's next flush reports the link lost and its owner closes it (the peer
@@ -136,7 +138,9 @@ void ezi_outbox_put_profile(ez_context *ctx, ezi_outbox *ob, json_t *j) {
 
 /* The I/O thread wrote n bytes of ob: wakes a drain waiter once it is down to the low mark. */
 static void wrote(ezi_outbox *ob, size_t n) {
-  uint64_t left = __atomic_sub_fetch(&ob->unsent, n, __ATOMIC_SEQ_CST);
+  uint64_t written = __atomic_load_n(&ob->written, __ATOMIC_RELAXED) + n; /* (only we write it) */
+  __atomic_store_n(&ob->written, written, __ATOMIC_SEQ_CST); /* pairs with drain_wait's store */
+  uint64_t left = __atomic_load_n(&ob->appended, __ATOMIC_SEQ_CST) - written;
   if (left <= EZI_OUTBOX_HIGH / 2 && __atomic_load_n(&ob->drain_wait, __ATOMIC_SEQ_CST) &&
       __atomic_exchange_n(&ob->drain_wait, 0, __ATOMIC_SEQ_CST) && ob->on_drain)
     ob->on_drain(ob->drain_arg);
@@ -144,7 +148,7 @@ static void wrote(ezi_outbox *ob, size_t n) {
 
 bool ezi_outbox_wait_drain(ezi_outbox *ob) {
   __atomic_store_n(&ob->drain_wait, 1, __ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&ob->unsent, __ATOMIC_SEQ_CST) > EZI_OUTBOX_HIGH / 2) return true;
+  if (ezi_outbox_unsent(ob) > EZI_OUTBOX_HIGH / 2) return true;
   __atomic_store_n(&ob->drain_wait, 0, __ATOMIC_SEQ_CST); /* drained meanwhile */
   return false;
 }
@@ -199,7 +203,7 @@ void ezi_outbox_close(ez_context *ctx, ezi_outbox *ob) {
   ob->queued = true; /* never queue again */
   ezi_buf_free(&ob->pending);
   ezi_buf_free(&ob->io);
-  uint64_t unsent = __atomic_load_n(&ob->unsent, __ATOMIC_SEQ_CST);
+  uint64_t unsent = ezi_outbox_unsent(ob); /* (dead: nothing is appended any more) */
   pthread_mutex_unlock(&ob->mu);
   wrote(ob, unsent); /* gone with the socket: nobody waits for them any more */
 }

@@ -98,8 +98,11 @@ void ezi_seg_chain_free(ezi_seg_chain *c);
 #define EZI_OUTBOX_HIGH ((uint64_t)8 << 20)
 typedef struct ezi_outbox {
   pthread_mutex_t mu;
-  uint64_t unsent;     /* atomic: bytes appended and not written to the socket yet */
-  uint32_t drain_wait; /* atomic: someone waits for `unsent` to fall to EZI_OUTBOX_HIGH / 2 */
+  /* Unsent bytes (appended, not written to the socket yet) are appended - written: two counters
+   * with one writer each, so that an append costs no locked instruction. */
+  uint64_t appended;   /* atomic, stored under mu: bytes ever appended to pending */
+  uint32_t drain_wait; /* atomic: someone waits for the unsent bytes to fall to HIGH / 2 */
+  uint64_t written;    /* atomic, stored by the I/O thread: bytes ever written (or dropped) */
   ezi_buf pending;     /* appended, not yet taken by the I/O thread */
   ezi_buf io;          /* being written by the I/O thread */
   bool queued;         /* on the context's dirty list */
@@ -164,9 +167,14 @@ void ezi_outbox_set_events(ezi_outbox *ob, uint32_t base_events);
 /* I/O thread: marks dead and unlinks from the dirty list; frees the buffers. A drain waiter is
  * called as if the outbox had drained. */
 void ezi_outbox_close(ez_context *ctx, ezi_outbox *ob);
-/* Whether ob holds EZI_OUTBOX_HIGH bytes or more, unsent (any thread; a load). */
+/* Bytes appended to ob and not written to its socket yet (any thread; two loads). */
+static inline uint64_t ezi_outbox_unsent(ezi_outbox *ob) {
+  uint64_t written = __atomic_load_n(&ob->written, __ATOMIC_SEQ_CST);
+  return __atomic_load_n(&ob->appended, __ATOMIC_SEQ_CST) - written;
+}
+/* Whether ob holds EZI_OUTBOX_HIGH bytes or more, unsent (any thread). */
 static inline bool ezi_outbox_full(ezi_outbox *ob) {
-  return __atomic_load_n(&ob->unsent, __ATOMIC_ACQUIRE) >= EZI_OUTBOX_HIGH;
+  return ezi_outbox_unsent(ob) >= EZI_OUTBOX_HIGH;
 }
 /* Arms ob's drain wake-up: once unsent is at most EZI_OUTBOX_HIGH / 2 (or ob closes), the I/O
  * thread calls ob->on_drain(ob->drain_arg). Returns false, disarmed, if ob is not full any more:

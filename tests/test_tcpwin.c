@@ -321,7 +321,7 @@ static void test_publisher_outbox_bounded(void **state) {
   outbox_fixture o;
   outbox_fill(&o, "/win/outbox");
   pthread_mutex_lock(&o.p->mu);
-  uint64_t unsent = __atomic_load_n(&o.p->chans[0]->out.unsent, __ATOMIC_SEQ_CST);
+  uint64_t unsent = ezi_outbox_unsent(&o.p->chans[0]->out);
   pthread_mutex_unlock(&o.p->mu);
   assert_true(unsent >= EZI_OUTBOX_HIGH);
   assert_true(unsent < EZI_OUTBOX_HIGH + 17 + EZI_MARSHAL_BYTES_HDR + BIG);
