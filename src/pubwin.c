@@ -52,17 +52,30 @@ void ezi_win_start(ez_pub *p, pub_chan *pc) {
   pc->n_marks = 0;
 }
 
-/* Frees the entries of pc's marks, each timed by its mark. */
+/* Frees the entries of pc's marks, each timed by its mark. The loop keeps its state in locals (the
+ * compiler could not, since the window's counters might alias the entries) and times only the
+ * stamped entries: the others are counted once, after the loop. */
 static void apply(ez_pub *p, pub_chan *pc) {
+  const uint64_t *t0 = pc->win_t0, *len = pc->win_len;
+  uint64_t first = pc->win_first, bytes = pc->win_bytes, unstamped = 0, freed = 0;
+  uint32_t max = pc->win_max;
   for (uint32_t i = 0; i < pc->n_marks; i++) {
-    const struct ezi_win_mark *m = &pc->marks[i];
-    for (; pc->win_first < m->to; pc->win_first++) {
-      uint32_t k = (uint32_t)(pc->win_first % pc->win_max);
-      ezi_window_span(p->tel_bp, pc->win_t0[k], m->at);
-      pc->win_bytes -= pc->win_len[k];
-      p->in_flight--;
+    uint64_t to = pc->marks[i].to, at = pc->marks[i].at;
+    if (to <= first) continue;
+    freed += to - first;
+    for (; first < to; first++) {
+      uint32_t k = (uint32_t)(first % max);
+      if (t0[k] != EZI_UNSTAMPED && at != EZI_UNSTAMPED)
+        ezi_window_span(p->tel_bp, t0[k], at);
+      else
+        unstamped++;
+      bytes -= len[k];
     }
   }
+  ezi_window_pend(p->tel_bp, unstamped);
+  pc->win_first = first;
+  pc->win_bytes = bytes;
+  p->in_flight -= freed;
   pc->n_marks = 0;
 }
 

@@ -177,6 +177,9 @@ static inline void ezi_window_fold(ezi_window *w) {
   w->pending = 0;
 }
 
+/* n durations without a time (as ezi_window_span with EZI_UNSTAMPED, n times). */
+static inline void ezi_window_pend(ezi_window *w, uint64_t n) { w->pending += n; }
+
 /* A duration from stamp t0 to stamp t1. If either is EZI_UNSTAMPED the event is only counted, in
  * w->pending, until the next timed one or a query folds it in; t1 < t0 (stamps of two processes)
  * counts as 0. */
@@ -215,6 +218,10 @@ static inline void ezi_window_tally_n(ezi_window *w, uint64_t n, uint64_t sum) {
   (void)sum;
 }
 static inline void ezi_window_fold(ezi_window *w) { (void)w; }
+static inline void ezi_window_pend(ezi_window *w, uint64_t n) {
+  (void)w;
+  (void)n;
+}
 static inline void ezi_window_span(ezi_window *w, uint64_t t0, uint64_t t1) {
   (void)w;
   (void)t0;
