@@ -127,6 +127,7 @@ static void pub_free(ez_pub *p) {
   pthread_cond_destroy(&p->cv);
   ezi_window_free(p->tel_msgs);
   ezi_window_free(p->tel_bp);
+  ezi_stamper_detach(&p->stamps);
   free(p);
 }
 
@@ -166,7 +167,7 @@ int ez_pub_create(ez_context *ctx, const char *topic, const ez_pub_opts *opts, e
   ez_pub *p = calloc(1, sizeof *p);
   if (!p) return EZ_ENOMEM;
   p->ctx = ctx;
-  p->stamps.tick = ctx->tick;
+  ezi_stamper_attach(&p->stamps, ctx->tick);
   p->opts = o;
   p->opts.host = NULL; /* not kept: the caller owns the string */
   p->nbuf = o.num_buffers;
@@ -299,7 +300,10 @@ static bool local_held(ez_pub *p, uint32_t idx) {
   uint64_t freed;
   if (!p->local || !ezi_lchan_slot_free(p->local, idx, &freed)) return p->local != NULL;
   uint64_t t0 = p->local_t0[idx];
-  ezi_window_span(p->tel_bp, t0, freed);
+  if (t0 == EZI_UNSTAMPED) /* (as in ring_held) */
+    ezi_window_pend(p->tel_bp, 1);
+  else
+    ezi_window_span(p->tel_bp, t0, freed);
   p->local_t0[idx] = 0;
   p->in_flight--;
   return false;
@@ -310,8 +314,11 @@ static bool ring_held(ez_pub *p, pub_chan *pc, uint32_t idx) {
   if (!pc->ring_on || !pc->t0[idx]) return false;
   ezi_ring_entry *e = &pc->ring.e[idx];
   if (__atomic_load_n(&e->refs, __ATOMIC_SEQ_CST)) return true;
-  uint64_t t0 = pc->t0[idx], freed = __atomic_load_n(&e->freed_at, __ATOMIC_RELAXED);
-  ezi_window_span(p->tel_bp, t0, freed);
+  uint64_t t0 = pc->t0[idx];
+  if (t0 == EZI_UNSTAMPED) /* (most are, at high rates: only count it) */
+    ezi_window_pend(p->tel_bp, 1);
+  else
+    ezi_window_span(p->tel_bp, t0, __atomic_load_n(&e->freed_at, __ATOMIC_RELAXED));
   pc->t0[idx] = 0;
   pc->held--;
   p->in_flight--;
@@ -663,7 +670,7 @@ static bool slot_unread(const ez_pub *p, size_t len) {
  * alone, at `local_data`: a hot buffer, pubhot.c). If `direct` is set, the payload is there
  * instead and the slot is left unwritten (slot_unread). p->mu held. */
 static void send_slot(ez_pub *p, size_t len, const uint8_t *local_data, const uint8_t *direct) {
-  uint64_t id = p->next_id, now = ezi_stamp(&p->stamps);
+  uint64_t id = p->next_id, now = ezi_stamp(&p->stamps, id);
   uint32_t idx = (uint32_t)(id % p->nbuf);
   uint8_t *slot = ezi_seg_data(p->seg, idx);
   size_t total = EZI_MARSHAL_BYTES_HDR + len;

@@ -1,13 +1,13 @@
-/* The tick that expires sampled stamps (telclock.h): a timer of the context's I/O loop advances
- * it every EZI_TICK_NS while stampers use it, and stops when a whole period went by without a
- * sampled stamp.
+/* The tick that expires sampled stamps (telclock.h): a timer of the context's I/O loop clears the
+ * mask of every attached stamper each EZI_TICK_NS while stampers use it, and stops when a whole
+ * period went by without a sampled stamp.
  *
- * Why a stamp taken after reading n = k is always expired by a later advance: the stamper reads
- * n, then sets `used` (or finds it set), then makes sure the timer is armed; the timer clears
- * `used` before it advances n. All of these are sequentially consistent, so either the timer's
- * next clearing sees this `used` and advances n after the stamper read it, or the timer, about to
- * stop, sees `used` after its `armed = 0` and carries on, or the stamper sees `armed == 0` and
- * starts it (Dekker's pattern on used / armed). */
+ * Why a stamp is always expired by a later advance: the stamper stores its mask, then sets `used`
+ * (or finds it set), then makes sure the timer is armed; the timer clears `used` before it clears
+ * the masks. All of these are sequentially consistent, so either the timer's next clearing of
+ * `used` comes after the stamper's store or load of it and its clear of the mask after the
+ * stamper's store, or the timer, about to stop, sees `used` after its `armed = 0` and carries on,
+ * or the stamper sees `armed == 0` and starts it (Dekker's pattern on used / armed). */
 #include "telclock.h"
 #include "internal.h"
 #include "loop.h"
@@ -17,13 +17,50 @@
 #define SEQ __ATOMIC_SEQ_CST
 
 ezi_tick *ezi_tick_new(struct ezi_loop *loop) {
-  ezi_tick *k = aligned_alloc(64, 64); /* a cache line of its own: read by every publish */
+  ezi_tick *k = calloc(1, sizeof *k);
   if (!k) return NULL;
-  *k = (ezi_tick){.loop = loop};
+  k->loop = loop;
+  ezi_mutex_init(&k->mu);
   return k;
 }
 
-void ezi_tick_free(ezi_tick *k) { free(k); }
+void ezi_tick_free(ezi_tick *k) {
+  if (!k) return;
+  pthread_mutex_destroy(&k->mu);
+  free(k);
+}
+
+void ezi_stamper_attach(ezi_stamper *st, ezi_tick *k) {
+  pthread_mutex_lock(&k->mu);
+  st->tick = k;
+  st->prev = NULL;
+  st->next = k->first;
+  if (k->first) k->first->prev = st;
+  k->first = st;
+  pthread_mutex_unlock(&k->mu);
+}
+
+void ezi_stamper_detach(ezi_stamper *st) {
+  ezi_tick *k = st->tick;
+  if (!k) return;
+  pthread_mutex_lock(&k->mu);
+  if (st->prev)
+    st->prev->next = st->next;
+  else
+    k->first = st->next;
+  if (st->next) st->next->prev = st->prev;
+  pthread_mutex_unlock(&k->mu);
+  st->tick = NULL;
+  st->prev = st->next = NULL;
+}
+
+void ezi_tick_advance(ezi_tick *k) {
+  pthread_mutex_lock(&k->mu);
+  for (ezi_stamper *st = k->first; st; st = st->next)
+    __atomic_store_n(&st->mask, 0, SEQ);
+  pthread_mutex_unlock(&k->mu);
+  __atomic_add_fetch(&k->n, 1, SEQ);
+}
 
 static void schedule(ezi_tick *k);
 
@@ -31,7 +68,7 @@ static void schedule(ezi_tick *k);
 static void fire(void *arg) {
   ezi_tick *k = arg;
   if (__atomic_exchange_n(&k->used, 0, SEQ)) { /* stamps to expire */
-    __atomic_add_fetch(&k->n, 1, SEQ);
+    ezi_tick_advance(k);
     schedule(k);
     return;
   }

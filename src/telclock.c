@@ -92,13 +92,15 @@ uint64_t ezi_tel_now_slow(void) {
 
 #if !defined(EZ_NO_TELEMETRY)
 
-uint64_t ezi_stamp_take(ezi_stamper *st) {
+/* The mask is stored sequentially consistent, before the tick is noted: a tick whose advance
+ * counts this stamp (its exchange of `used` comes after our store or our load of `used` in that
+ * order) clears the mask after this store (stamptick.c). A tick's clear just before this store is
+ * lost, but then the stamp is newer than that tick, and the next one expires it. */
+uint64_t ezi_stamp_take(ezi_stamper *st, uint64_t id) {
   uint64_t now = ezi_tel_now();
-  ezi_stamper_took(st, now);
-  if (st->tick) { /* read n before noting: a tick after this read expires this stamp */
-    st->tick_at = __atomic_load_n(&st->tick->n, __ATOMIC_SEQ_CST);
-    if (st->every > 1) ezi_tick_note(st->tick);
-  }
+  ezi_stamper_took(st, now, id);
+  __atomic_store_n(&st->mask, (uint64_t)st->every - 1, __ATOMIC_SEQ_CST);
+  if (st->tick && st->every > 1) ezi_tick_note(st->tick);
   return now;
 }
 

@@ -65,49 +65,75 @@ static void test_after_idle(void **state) {
 
 /* Sampled stamps: slow callers get every one stamped; a tight loop (far above 16 k calls/s) gets
  * one in 4..EZI_STAMP_MAX_EVERY (the rate estimate can be disturbed by preemption, never raised
- * above the cap); a reset stamps the next call. */
+ * above the cap), at ids that are multiples of `every`; a reset stamps the next call. */
 static void test_stamper(void **state) {
   (void)state;
   ezi_stamper st = {0};
+  uint64_t id = 0;
   struct timespec gap = {0, 200000}; /* 200 us between calls: 5 k/s */
   for (int i = 0; i < 100; i++) {
-    assert_true(ezi_stamp(&st) != EZI_UNSTAMPED);
+    assert_true(ezi_stamp(&st, id++) != EZI_UNSTAMPED);
     nanosleep(&gap, NULL);
   }
   const int n = 1000000;
   int stamped = 0;
-  for (int i = 0; i < n; i++)
-    stamped += ezi_stamp(&st) != EZI_UNSTAMPED;
+  for (int i = 0; i < n; i++, id++) {
+    uint32_t every = st.every;
+    bool s = ezi_stamp(&st, id) != EZI_UNSTAMPED;
+    stamped += s;
+    if (s) assert_int_equal(id % every, 0); /* no tick here: only the sampled ids */
+  }
   print_message("    %d of %d calls in a tight loop stamped\n", stamped, n);
   assert_true(stamped >= n / (int)EZI_STAMP_MAX_EVERY);
   assert_true(stamped <= n / 4);
   ezi_stamper_reset(&st);
-  assert_true(ezi_stamp(&st) != EZI_UNSTAMPED);
+  assert_true(ezi_stamp(&st, id) != EZI_UNSTAMPED);
 }
 
-/* A stamp expires with its tick: while the tick stands still a sampling stamper leaves calls
- * unstamped; the first call after the tick advanced is stamped, and a sampled stamp marks the
- * tick used. (The tick is armed by hand: no loop runs its timer here.) */
+/* Calls ezi_stamp in a tight loop until the next id would be left unstamped. */
+static void until_skips(ezi_stamper *st, uint64_t *id) {
+  uint64_t end = *id + 100000000;
+  while (!ezi_stamper_skips(st, *id) && *id < end)
+    (void)ezi_stamp(st, (*id)++);
+  assert_true(ezi_stamper_skips(st, *id));
+}
+
+/* A stamp expires with its tick: while the tick does not advance a sampling stamper leaves calls
+ * unstamped; the first call after an advance is stamped, a sampled stamp marks the tick used, and
+ * a detached stamper is no longer touched. (The tick is armed and advanced by hand: no loop runs
+ * its timer here.) */
 static void test_stamper_tick(void **state) {
   (void)state;
-  ezi_tick k = {.armed = 1};
-  ezi_stamper st = {.tick = &k};
-  int calls = 0;
-  while (!(st.every >= 4 && st.left > 1) && calls < 100000000) { /* until it samples */
-    (void)ezi_stamp(&st);
-    calls++;
-  }
-  assert_true(st.left > 1);
-  assert_int_equal(k.used, 1);
-  k.used = 0;
-  assert_int_equal(ezi_stamp(&st), EZI_UNSTAMPED);
-  __atomic_add_fetch(&k.n, 1, __ATOMIC_SEQ_CST); /* a tick */
-  assert_true(ezi_stamp(&st) != EZI_UNSTAMPED);
-  assert_int_equal(st.tick_at, k.n);
+  ezi_tick *k = ezi_tick_new(NULL);
+  assert_non_null(k);
+  k->armed = 1;
+  ezi_stamper st = {0}, other = {0};
+  ezi_stamper_attach(&other, k);
+  ezi_stamper_attach(&st, k);
+  uint64_t id = 0;
+  while (!(st.every >= 4 && ezi_stamper_skips(&st, id)) && id < 100000000) /* until it samples */
+    (void)ezi_stamp(&st, id++);
+  assert_true(st.every >= 4 && ezi_stamper_skips(&st, id));
+  assert_int_equal(k->used, 1);
+  k->used = 0;
+  assert_int_equal(ezi_stamp(&st, id++), EZI_UNSTAMPED);
+  until_skips(&st, &id); /* (past the next multiple of `every`) */
+  ezi_tick_advance(k);
+  assert_int_equal(k->n, 1);
+  assert_true(ezi_stamp(&st, id++) != EZI_UNSTAMPED);
   /* Two calls in a tight loop: the rate is still high, so it samples again at once. */
   assert_true(st.every > 1);
-  assert_int_equal(k.used, 1);
-  assert_int_equal(ezi_stamp(&st), EZI_UNSTAMPED);
+  assert_int_equal(k->used, 1);
+  until_skips(&st, &id);
+  assert_int_equal(ezi_stamp(&st, id++), EZI_UNSTAMPED);
+  /* Detached, in any order: an advance no longer clears its mask. */
+  ezi_stamper_detach(&other);
+  ezi_stamper_detach(&st);
+  assert_null(k->first);
+  until_skips(&st, &id);
+  ezi_tick_advance(k);
+  assert_true(ezi_stamper_skips(&st, id));
+  ezi_tick_free(k);
 }
 
 /* A read's stamps (ezi_stamp_pick, one clock read for all the frames of a socket read): frames
@@ -166,7 +192,7 @@ static void test_compiled_out(void **state) {
   (void)state;
   assert_int_equal(ezi_tel_now(), EZI_UNSTAMPED);
   ezi_stamper st = {0};
-  assert_int_equal(ezi_stamp(&st), EZI_UNSTAMPED);
+  assert_int_equal(ezi_stamp(&st, 0), EZI_UNSTAMPED);
 }
 
 #endif
