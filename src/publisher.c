@@ -300,10 +300,7 @@ static bool local_held(ez_pub *p, uint32_t idx) {
   uint64_t freed;
   if (!p->local || !ezi_lchan_slot_free(p->local, idx, &freed)) return p->local != NULL;
   uint64_t t0 = p->local_t0[idx];
-  if (t0 == EZI_UNSTAMPED) /* (as in ring_held) */
-    ezi_window_pend(p->tel_bp, 1);
-  else
-    ezi_window_span(p->tel_bp, t0, freed);
+  ezi_window_span(p->tel_bp, t0, freed);
   p->local_t0[idx] = 0;
   p->in_flight--;
   return false;
@@ -314,11 +311,8 @@ static bool ring_held(ez_pub *p, pub_chan *pc, uint32_t idx) {
   if (!pc->ring_on || !pc->t0[idx]) return false;
   ezi_ring_entry *e = &pc->ring.e[idx];
   if (__atomic_load_n(&e->refs, __ATOMIC_SEQ_CST)) return true;
-  uint64_t t0 = pc->t0[idx];
-  if (t0 == EZI_UNSTAMPED) /* (most are, at high rates: only count it) */
-    ezi_window_pend(p->tel_bp, 1);
-  else
-    ezi_window_span(p->tel_bp, t0, __atomic_load_n(&e->freed_at, __ATOMIC_RELAXED));
+  uint64_t t0 = pc->t0[idx], freed = __atomic_load_n(&e->freed_at, __ATOMIC_RELAXED);
+  ezi_window_span(p->tel_bp, t0, freed);
   pc->t0[idx] = 0;
   pc->held--;
   p->in_flight--;
