@@ -24,7 +24,7 @@
 # ratio shows how far layout alone moves a comparison here. The default build (BUILD) against
 # BUILD-notel, one layout each, is measured too and reported beside them.
 #
-# Environment: ROUNDS (5), TEL_ROUNDS (40), LAYOUTS (4), DURATION (0.8 s measured per run), WARMUP
+# Environment: ROUNDS (5), TEL_ROUNDS (80), LAYOUTS (4), DURATION (0.8 s measured per run), WARMUP
 # (0.25 s), JOBS (2), OUT (bench/RESULTS.md), NOTEL_BUILD (BUILD-notel). A "## Where the time
 # goes" section already in OUT is kept (it is written by hand).
 set -euo pipefail
@@ -32,7 +32,7 @@ cd "$(dirname "$0")/.."
 
 BUILD=${1:-build}
 ROUNDS=${ROUNDS:-5}
-TEL_ROUNDS=${TEL_ROUNDS:-40}
+TEL_ROUNDS=${TEL_ROUNDS:-80}
 LAYOUTS=${LAYOUTS:-4}
 DURATION=${DURATION:-0.8}
 WARMUP=${WARMUP:-0.25}
@@ -202,8 +202,9 @@ else
   echo "bench/run.sh: no $PL: the profile row is skipped" >&2
 fi
 # Telemetry compiled out vs in: pairs of runs back to back, the builds in layout `round` (lay).
-# 40 rounds: pairs' ratios spread by some 4% here, and 15-odd fast pairs (of 20) placed their
-# median within about +-2.5%, too wide to tell 0.97 from 0.99.
+# 80 rounds: pairs' ratios spread by some 4% here. 15-odd fast pairs (of 20) placed their median
+# within about +-2.5%, too wide to tell 0.97 from 0.99; 25-odd (of 40) still about +-2% unpinned,
+# where telemetry's cost came out at 1-2%.
 # The handoff is measured before and after every pair (handoff/KIND/TR: before the pair of KIND;
 # the next kind's, or telend's, after it), so that a pair during which the host moved the CPUs
 # can be told apart.
