@@ -323,13 +323,8 @@ void ezi_lchan_release(chan_sub *cs, uint64_t msg_id) {
     return;
   }
   /* A message its publisher did not stamp is not timed here either (telclock.h). */
-  uint64_t now = EZI_UNSTAMPED;
-  if (t0 == EZI_UNSTAMPED) {
-    ezi_window_pend(cs->proc, 1);
-  } else {
-    now = ezi_tel_now();
-    ezi_window_span(cs->proc, t0, now);
-  }
+  uint64_t now = t0 == EZI_UNSTAMPED ? EZI_UNSTAMPED : ezi_tel_now();
+  ezi_window_span(cs->proc, t0, now);
   cs->t0[idx] = 0;
   /* The entry is dropped under s->mu, while cs still counts it: once cs holds nothing, a leave
    * on another thread may free cs and with it the last reference to c. A wake-up that needs c

@@ -464,6 +464,31 @@ static int fail_none_teardown(void **state) {
   return 0;
 }
 
+/* ez_context_open when an allocation of the tick's size fails, each such allocation of the open
+ * in turn (the tick's own among them, stamptick.c): EZ_ENOMEM with nothing left behind (ASan
+ * checks), until the open goes through. */
+static void test_context_open_fails(void **state) {
+  (void)state;
+  int skip, enomem = 0;
+  for (skip = 0; skip < 64; skip++) {
+    fail_after(sizeof(ezi_tick), skip, 1);
+    ez_context *ctx = NULL;
+    int rc = ez_context_open(th_addr, &ctx);
+    int failed = __atomic_load_n(&g_failed, __ATOMIC_SEQ_CST);
+    fail_none();
+    if (rc == 0) {
+      ez_context_close(ctx);
+      if (!failed) break; /* every allocation of that size went through */
+      continue;           /* (one made later, on the context's own thread) */
+    }
+    assert_int_equal(rc, EZ_ENOMEM);
+    assert_int_equal(failed, 1);
+    enomem++;
+  }
+  assert_true(skip < 64);
+  assert_true(enomem >= 1);
+}
+
 static void test_tick_timer_fails(void **state) {
   (void)state;
   tick_restarts(true);
@@ -485,6 +510,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_hot_buffer_fails, th_setup, teardown),
       cmocka_unit_test_setup_teardown(test_outbox_grow_fails, th_setup, teardown),
       cmocka_unit_test_setup_teardown(test_large_messages_reuse_chunks, th_setup, teardown),
+      cmocka_unit_test_setup_teardown(test_context_open_fails, th_setup, teardown),
       cmocka_unit_test_teardown(test_tick_timer_fails, fail_none_teardown),
       cmocka_unit_test_teardown(test_tick_start_post_fails, fail_none_teardown),
   };

@@ -99,9 +99,9 @@ static void until_skips(ezi_stamper *st, uint64_t *id) {
 }
 
 /* A stamp expires with its tick: while the tick does not advance a sampling stamper leaves calls
- * unstamped; the first call after an advance is stamped, a sampled stamp marks the tick used, and
- * a detached stamper is no longer touched. (The tick is armed and advanced by hand: no loop runs
- * its timer here.) */
+ * unstamped; the first call after an advance is stamped, a sampled stamp marks the tick used, an
+ * advance expires every attached stamper, and a detached one is no longer touched. (The tick is
+ * armed and advanced by hand: no loop runs its timer here.) */
 static void test_stamper_tick(void **state) {
   (void)state;
   ezi_tick *k = ezi_tick_new(NULL);
@@ -126,13 +126,29 @@ static void test_stamper_tick(void **state) {
   assert_int_equal(k->used, 1);
   until_skips(&st, &id);
   assert_int_equal(ezi_stamp(&st, id++), EZI_UNSTAMPED);
-  /* Detached, in any order: an advance no longer clears its mask. */
-  ezi_stamper_detach(&other);
+  /* Three attached, each sampling: an advance expires every one of them (not only the list's
+   * head), and a detached one, here the middle of the list, is no longer touched. */
+  ezi_stamper third = {0};
+  ezi_stamper_attach(&third, k); /* the list: third, st, other */
+  uint64_t oid = 0, tid = 0;
+  until_skips(&other, &oid);
+  until_skips(&third, &tid);
+  until_skips(&st, &id);
+  ezi_tick_advance(k);
+  assert_false(ezi_stamper_skips(&other, oid));
+  assert_false(ezi_stamper_skips(&st, id));
+  assert_false(ezi_stamper_skips(&third, tid));
   ezi_stamper_detach(&st);
-  assert_null(k->first);
+  until_skips(&other, &oid);
+  until_skips(&third, &tid);
   until_skips(&st, &id);
   ezi_tick_advance(k);
   assert_true(ezi_stamper_skips(&st, id));
+  assert_false(ezi_stamper_skips(&other, oid));
+  assert_false(ezi_stamper_skips(&third, tid));
+  ezi_stamper_detach(&other);
+  ezi_stamper_detach(&third);
+  assert_null(k->first);
   ezi_tick_free(k);
 }
 
