@@ -119,6 +119,12 @@ void ezi_pub_hot_hand_over(ez_pub *p, uint8_t **out);
 void ezi_pub_hot_reset(ez_pub *p);
 void ezi_pub_hot_free(ez_pub *p);
 
+/* pubdebug.c: writes to buf (cap bytes, NUL-terminated, cut short if need be) what p waits for:
+ * its next slot, who holds it, each channel's mode, outbox and shared ring words. Returns the
+ * length written. Takes p->mu and each outbox's lock (the caller holds neither). For a publish
+ * that timed out (tests print it). */
+size_t ezi_pub_describe(ez_pub *p, char *buf, size_t cap);
+
 /* pubserve.c */
 int ezi_pub_serve_start(ez_pub *pub, int graph_fd, int listen_fd);
 void ezi_pub_serve_stop(ez_pub *pub);

@@ -2,6 +2,7 @@
  * the subscriber's fd, a graph server that dies. Real processes, real sockets, real shared
  * memory; the kit and its conventions are in dataplane.h. */
 #include "dataplane.h"
+#include "publisher.h" /* ezi_pub_describe */
 
 #include <poll.h>
 #include <pthread.h>
@@ -79,6 +80,14 @@ static void test_publish_timeout_when_held(void **state) {
   child_expect(sub, "held");
   fill(b, 16, 3);
   assert_int_equal(ez_publish(p, b, 16, 200), EZ_ETIMEDOUT);
+  /* What it waited for, in words: slot 0, which the other process's channel holds (as a lease
+   * of TX_SHM, or in the shared ring once the channel switched to one). */
+  char why[4096];
+  assert_true(ezi_pub_describe(p, why, sizeof why) > 0);
+  print_message("%s", why);
+  assert_non_null(strstr(why, "next_id 3 (slot 0)"));
+  assert_true(strstr(why, "slot 0: lease 1") || strstr(why, "refs 1"));
+  assert_non_null(strstr(why, "channel "));
   child_say(sub, "release\n");
   for (uint64_t k = 3; k < 10; k++)
     publish_k(p, &z, k);
