@@ -24,18 +24,21 @@
 # ratio shows how far layout alone moves a comparison here. The default build (BUILD) against
 # BUILD-notel, one layout each, is measured too and reported beside them.
 #
-# Environment: ROUNDS (5), TEL_ROUNDS (80), LAYOUTS (4), DURATION (0.8 s measured per run), WARMUP
-# (0.25 s), JOBS (2), OUT (bench/RESULTS.md), NOTEL_BUILD (BUILD-notel). A "## Where the time
-# goes" section already in OUT is kept (it is written by hand).
+# Environment: ROUNDS (5), TEL_ROUNDS (160), LAYOUTS (4), DURATION (0.8 s measured per run), WARMUP
+# (0.25 s), TEL_DURATION and TEL_WARMUP (0.4 s and 0.15 s: the same for the telemetry pairs), JOBS
+# (2), OUT (bench/RESULTS.md), NOTEL_BUILD (BUILD-notel). A "## Where the time goes" section
+# already in OUT is kept (it is written by hand).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD=${1:-build}
 ROUNDS=${ROUNDS:-5}
-TEL_ROUNDS=${TEL_ROUNDS:-80}
+TEL_ROUNDS=${TEL_ROUNDS:-160}
 LAYOUTS=${LAYOUTS:-4}
 DURATION=${DURATION:-0.8}
 WARMUP=${WARMUP:-0.25}
+TEL_DURATION=${TEL_DURATION:-0.4}
+TEL_WARMUP=${TEL_WARMUP:-0.15}
 JOBS=${JOBS:-2}
 OUT=${OUT:-bench/RESULTS.md}
 NOTEL=${NOTEL_BUILD:-$BUILD-notel}
@@ -118,6 +121,8 @@ record() {
 # Arguments every run of ours (ezmsg perf) and theirs (ez_bench_zmq) shares.
 PA=(-d "$DURATION" -w "$WARMUP" --json -q)
 ZA=(-d "$DURATION" -w "$WARMUP" --json)
+# The telemetry pairs' (below): shorter runs, twice the pairs in the same time.
+TA=(-d "$TEL_DURATION" -w "$TEL_WARMUP" --json -q)
 
 # pair ROUND KEY_OURS CMD_OURS... -- KEY_THEIRS CMD_THEIRS...: both, in an order that alternates.
 pair() {
@@ -202,9 +207,12 @@ else
   echo "bench/run.sh: no $PL: the profile row is skipped" >&2
 fi
 # Telemetry compiled out vs in: pairs of runs back to back, the builds in layout `round` (lay).
-# 80 rounds: pairs' ratios spread by some 4% here. 15-odd fast pairs (of 20) placed their median
-# within about +-2.5%, too wide to tell 0.97 from 0.99; 25-odd (of 40) still about +-2% unpinned,
-# where telemetry's cost came out at 1-2%.
+# Pairs' ratios spread by some 4% here. 15-odd fast pairs (of 20) placed their median within
+# about +-2.5%, too wide to tell 0.97 from 0.99; 53 (of 80 rounds of 0.8 s runs) still +-1.6%
+# unpinned over shm, where telemetry's cost came out at 1-2%: the same pairs counted twice would
+# give about +-1.1%. So the runs are half as long (TEL_DURATION) and twice as many (160 rounds) in
+# the same time; the two runs of a pair are then also closer in time, so a pair less often spans
+# a change of the host's mode.
 # The handoff is measured before and after every pair (handoff/KIND/TR: before the pair of KIND;
 # the next kind's, or telend's, after it), so that a pair during which the host moved the CPUs
 # can be told apart.
@@ -213,22 +221,22 @@ for round in $(seq 1 "$TEL_ROUNDS"); do
   on=$(lay on "$round") off=$(lay off "$round") other=$(lay off $((round + 1)))
   for tr in local shm tcp; do
     record "handoff/tel/$tr" "$round" "$LIM" --handoff --json
-    pair "$round" "tel/off/$tr/64" "$off" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy \
-      -- "tel/on/$tr/64" "$on" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy
+    pair "$round" "tel/off/$tr/64" "$off" perf -c fanout -T "$tr" -s 64 "${TA[@]}" --copy \
+      -- "tel/on/$tr/64" "$on" perf -c fanout -T "$tr" -s 64 "${TA[@]}" --copy
     # The same with every node pinned to a CPU (ezmsg perf --pin): the scheduler's placement,
     # which flips unpinned runs between fast and slow modes, is then the same for both builds.
     record "handoff/telpin/$tr" "$round" "$LIM" --handoff --json
-    pair "$round" "telpin/off/$tr/64" "$off" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy \
-      --pin -- "telpin/on/$tr/64" "$on" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy --pin
+    pair "$round" "telpin/off/$tr/64" "$off" perf -c fanout -T "$tr" -s 64 "${TA[@]}" --copy \
+      --pin -- "telpin/on/$tr/64" "$on" perf -c fanout -T "$tr" -s 64 "${TA[@]}" --copy --pin
     # The placebo, pinned: the telemetry-off build in this layout against the next layout.
     record "handoff/placebo/$tr" "$round" "$LIM" --handoff --json
-    pair "$round" "placebo/off/$tr/64" "$off" perf -c fanout -T "$tr" -s 64 "${PA[@]}" \
-      --copy --pin -- "placebo/on/$tr/64" "$other" perf -c fanout -T "$tr" -s 64 "${PA[@]}" \
+    pair "$round" "placebo/off/$tr/64" "$off" perf -c fanout -T "$tr" -s 64 "${TA[@]}" \
+      --copy --pin -- "placebo/on/$tr/64" "$other" perf -c fanout -T "$tr" -s 64 "${TA[@]}" \
       --copy --pin
     # The default build against the default telemetry-off build (one layout each), pinned.
     record "handoff/teldef/$tr" "$round" "$LIM" --handoff --json
-    pair "$round" "teldef/off/$tr/64" "$EZ_NOTEL" perf -c fanout -T "$tr" -s 64 "${PA[@]}" \
-      --copy --pin -- "teldef/on/$tr/64" "$EZ" perf -c fanout -T "$tr" -s 64 "${PA[@]}" --copy --pin
+    pair "$round" "teldef/off/$tr/64" "$EZ_NOTEL" perf -c fanout -T "$tr" -s 64 "${TA[@]}" \
+      --copy --pin -- "teldef/on/$tr/64" "$EZ" perf -c fanout -T "$tr" -s 64 "${TA[@]}" --copy --pin
     record "handoff/telend/$tr" "$round" "$LIM" --handoff --json
   done
 done
@@ -248,7 +256,7 @@ M_CPU=$CPU
 M_KERNEL=$(uname -r)
 M_COMMIT=$COMMIT
 M_ZMQ=$(pkg-config --modversion libzmq 2>/dev/null || echo '?')
-export ROUNDS TEL_ROUNDS LAYOUTS DURATION WARMUP LOAD_START LOAD_END ELAPSED BUILD
+export ROUNDS TEL_ROUNDS LAYOUTS DURATION WARMUP TEL_DURATION TEL_WARMUP LOAD_START LOAD_END ELAPSED BUILD
 export BTYPE=${btype:-RelWithDebInfo}
 
 python3 - "$RAW" "$OUT" <<'PY'
@@ -259,7 +267,7 @@ E = os.environ
 meta = dict(date=E["M_DATE"], nproc=E["M_NPROC"], cpu=E["M_CPU"], kernel=E["M_KERNEL"],
             commit=E["M_COMMIT"], rounds=int(E["ROUNDS"]), tel_rounds=int(E["TEL_ROUNDS"]),
             layouts=int(E["LAYOUTS"]),
-            duration=E["DURATION"],
+            duration=E["DURATION"], tel_duration=E["TEL_DURATION"], tel_warmup=E["TEL_WARMUP"],
             warmup=E["WARMUP"], load_start=E["LOAD_START"], load_end=E["LOAD_END"],
             elapsed=int(E["ELAPSED"]), build=E["BUILD"], btype=E["BTYPE"], zmq=E["M_ZMQ"])
 
@@ -378,7 +386,7 @@ w("| machine | %s CPUs, %s, Linux %s |" % (meta["nproc"], meta["cpu"], meta["ker
 w("| load average (1/5/15 min) | %s at start, %s at end (other jobs share this machine) |" % (meta["load_start"], meta["load_end"]))
 w("| ezmsg-c | commit %s, %s build (`%s`) |" % (meta["commit"], meta["btype"], meta["build"]))
 w("| ZeroMQ | libzmq %s (Debian) |" % meta["zmq"])
-w("| method | %d rounds (telemetry: %d pairs per transport); each run %s s measured after %s s warm-up; ours and theirs back to back, order alternating per round; whole run %d s |" % (meta["rounds"], meta["tel_rounds"], meta["duration"], meta["warmup"], meta["elapsed"]))
+w("| method | %d rounds (telemetry: %d pairs per transport, each run %s s measured after %s s warm-up); each run %s s measured after %s s warm-up; ours and theirs back to back, order alternating per round; whole run %d s |" % (meta["rounds"], meta["tel_rounds"], meta["tel_duration"], meta["tel_warmup"], meta["duration"], meta["warmup"], meta["elapsed"]))
 ho_rounds = by_round("handoff", "lat_p50_us")
 w("| cache-line handoff between the 2 CPUs | %s ns at the start of rounds 1..%d (bench/limits.c; see *Where the time goes*) |" % (", ".join("%.0f" % (ho_rounds[k] * 1000) for k in sorted(ho_rounds)) or "n/a", meta["rounds"]))
 w("")
