@@ -11,6 +11,9 @@ typedef struct {
   size_t cap, len;
 } out;
 
+/* Appends to o's fixed buffer, no allocation (this runs when something is stuck), cutting short
+ * what does not fit. */
+static void put(out *o, const char *fmt, ...) EZI_PRINTF(2, 3);
 static void put(out *o, const char *fmt, ...) {
   if (o->len + 1 >= o->cap) return;
   va_list ap;

@@ -88,6 +88,10 @@ static void test_publish_timeout_when_held(void **state) {
   assert_non_null(strstr(why, "next_id 3 (slot 0)"));
   assert_true(strstr(why, "slot 0: lease 1") || strstr(why, "refs 1"));
   assert_non_null(strstr(why, "channel "));
+  char small[16]; /* cut short, still terminated */
+  assert_int_equal(ezi_pub_describe(p, small, sizeof small), sizeof small - 1);
+  assert_int_equal(strlen(small), sizeof small - 1);
+  assert_memory_equal(small, why, sizeof small - 1);
   child_say(sub, "release\n");
   for (uint64_t k = 3; k < 10; k++)
     publish_k(p, &z, k);
