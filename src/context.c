@@ -3,6 +3,7 @@
 #include "context.h"
 #include "channel.h"
 #include "graphclient.h"
+#include "graphserver.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -298,7 +299,8 @@ int ez_context_open(const char *address, ez_context **out) {
     return EZ_EADDR;
   }
   int rc = EZ_OK;
-  int fd = ezi_graph_open(ctx->address, ezi_deadline(2000), NULL, 0);
+  char greeting[64] = "";
+  int fd = ezi_graph_open(ctx->address, ezi_deadline(2000), greeting, sizeof greeting);
   /* The I/O thread connects to the server by a numeric address, so that it never waits for a
    * name lookup (every endpoint of the process would wait with it): the one just reached. */
   snprintf(ctx->server_addr, sizeof ctx->server_addr, "%s", ctx->address);
@@ -322,6 +324,11 @@ int ez_context_open(const char *address, ez_context **out) {
     return rc;
   }
   ctx->pid = (int)getpid();
+  if (ctx->server) snprintf(greeting, sizeof greeting, "%s", ezi_server_greeting(ctx->server));
+  ctx->server_peer = ezi_dialect_of_greeting(greeting, strlen(greeting));
+  EZI_DEBUG("graph server %s greets as ezmsg %s: %s dialect%s", ctx->address, greeting,
+            ezi_dialect_name(ctx->server_peer.dialect),
+            ctx->server_peer.sessions ? ", with sessions" : "");
   if (!ctx->host[0]) snprintf(ctx->host, sizeof ctx->host, "%.63s", host); /* embedded server */
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_mutex_init(&ctx->dirty_mu, NULL);

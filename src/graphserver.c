@@ -6,6 +6,8 @@
  * last arrives, its client leaves, or its timer fires. Each client keeps a FIFO of the ops it owes
  * an answer to, one FIFO per kind of answer, since clients answer each kind in order. */
 #include "dag.h"
+#include "dialect.h"
+#include "graphserver.h"
 #include "gsparse.h"
 #include "internal.h"
 #include "loop.h"
@@ -95,6 +97,7 @@ struct conn {
   wqueue complete_q, profile_q;
   op *req_op; /* the op this connection waits on as a requester */
   uint64_t linger_timer;
+  bool ezc;  /* an ezmsg-c client (it sent EZI_X_CLIENT): answers PROFILE in either dialect */
   bool dead; /* closed; freed once the current callback is over */
   conn *prev, *next;
 };
@@ -111,6 +114,8 @@ struct ez_server {
   conn *graveyard; /* closed connections waiting to be freed */
   uint64_t reap_timer;
   char address[300];
+  int dialect;          /* EZ_DIALECT_PROFILING or EZ_DIALECT_RELEASED */
+  const char *greeting; /* what every connection is greeted with, by the dialect */
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -416,13 +421,20 @@ static void protocol_error(conn *c, const char *what) {
 
 /* ---- requests ------------------------------------------------------------------------------ */
 
+/* Whether PROFILE goes to k: publishers and channels of ezmsg-c, and in the profiling dialect
+ * those of Python too. Never to a released-dialect Python client: 3.9 reads the command and its
+ * u64 as commands of its own (its PAUSE, SYNC, ...). */
+static bool profiled(const server *s, const conn *k) {
+  return (k->st == C_PUB || k->st == C_CHAN) && (k->ezc || s->dialect == EZ_DIALECT_PROFILING);
+}
+
 static void handle_profile(server *s, conn *c, uint64_t window_ms) {
   op *o = op_new(s, OP_PROFILE, c);
   if (!o) return conn_close(c);
   o->window_ms = window_ms;
   size_t n = 0;
   for (conn *k = s->conns; k; k = k->next)
-    n += k->st == C_PUB || k->st == C_CHAN;
+    n += profiled(s, k);
   o->results = calloc(n ? n : 1, sizeof *o->results);
   o->is_channel = calloc(n ? n : 1, sizeof *o->is_channel);
   if (!o->results || !o->is_channel) {
@@ -438,7 +450,7 @@ static void handle_profile(server *s, conn *c, uint64_t window_ms) {
   ezi_buf_put_u64(&b, window_ms);
   size_t slot = 0;
   for (conn *k = s->conns; k && slot < n; k = k->next) {
-    if (k->st != C_PUB && k->st != C_CHAN) continue;
+    if (!profiled(s, k)) continue;
     o->is_channel[slot] = k->st == C_CHAN;
     if (wq_push(&k->profile_q, o, slot) == 0) {
       o->remaining++;
@@ -672,6 +684,10 @@ static long parse_one(server *s, conn *c) {
       }
     } else if (cmd == EZI_PROFILE_DATA) {
       on_profile_data(s, c, a, na);
+    } else if (cmd == EZI_X_CLIENT) {
+      c->ezc = true;
+    } else if (cmd >= EZI_X_ASK_MIN) {
+      /* an extension we do not know: skipped, as a Python server does */
     } else {
       protocol_error(c, "unexpected command from a client");
       return -1;
@@ -783,7 +799,7 @@ static void on_accept(ezi_watch *w, uint32_t ev) {
     s->conns = c;
     s->n_conns++;
     ezi_buf b = {0};
-    ezi_buf_put_cstr(&b, EZ_VERSION);
+    ezi_buf_put_cstr(&b, s->greeting);
     conn_send(c, &b);
     ezi_buf_free(&b);
   }
@@ -816,13 +832,18 @@ int ez_server_start(const char *address, ez_server **out) {
 int ez_server_start_opts(const char *address, const ez_server_opts *opts, ez_server **out) {
   char addr[300], host[256];
   uint16_t port;
-  if (opts && opts->max_clients < 0) return EZ_EINVAL;
+  if (opts && (opts->max_clients < 0 || opts->dialect < EZ_DIALECT_AUTO ||
+               opts->dialect > EZ_DIALECT_RELEASED))
+    return EZ_EINVAL;
   ezi_addr_resolve(address, addr);
   if (!out || ezi_addr_parse(addr, host, &port)) return EZ_EADDR;
   ezi_shm_sweep(EZI_SHM_STALE_S); /* what servers SIGKILLed with their publishers left */
   server *s = calloc(1, sizeof *s);
   if (!s) return EZ_ENOMEM;
   s->max_conns = opts && opts->max_clients ? (size_t)opts->max_clients : MAX_CONNS;
+  s->dialect = opts && opts->dialect ? opts->dialect : ezi_dialect_forced();
+  if (!s->dialect) s->dialect = EZ_DIALECT_RELEASED;
+  s->greeting = s->dialect == EZ_DIALECT_PROFILING ? EZ_VERSION_PROFILING : EZ_VERSION;
   int rc = ezi_loop_new(&s->loop);
   if (rc) {
     free(s);
@@ -849,12 +870,15 @@ int ez_server_start_opts(const char *address, const ez_server_opts *opts, ez_ser
     free(s);
     return EZ_ESYS;
   }
-  EZI_INFO("graph server listening on %s", s->address);
+  EZI_INFO("graph server listening on %s (%s dialect: greets as ezmsg %s)", s->address,
+           ezi_dialect_name(s->dialect), s->greeting);
   *out = s;
   return 0;
 }
 
 const char *ez_server_address(const ez_server *s) { return s ? s->address : NULL; }
+
+const char *ezi_server_greeting(const ez_server *s) { return s->greeting; }
 
 int ez_server_wait(ez_server *s, int timeout_ms) {
   uint64_t deadline = ezi_deadline(timeout_ms);

@@ -340,6 +340,7 @@ int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, e
   ezi_buf b = {0};
   ezi_buf_put_u8(&b, EZI_SUBSCRIBE);
   ezi_buf_put_cstr(&b, topic);
+  ezi_buf_put_u8(&b, EZI_X_CLIENT); /* "an ezmsg-c subscriber" (wire.h) */
   int rc = b.data ? ezi_io_write(fd, b.data, b.len, deadline) : EZ_ENOMEM;
   ezi_buf_free(&b);
   char *id = NULL;

@@ -53,6 +53,12 @@ enum ezi_cmd {
    * order) and a bytes payload (an ezmsg-c publisher sends nothing else). A publisher sends it
    * only on a window (after X_WIN) to a channel that asked, for payloads below 4 GiB. */
   EZI_X_ASK_MIN = 0xe0,
+  /* On a graph connection, from a registered client (publisher, subscriber, channel) to its
+   * server, once registered: "I am ezmsg-c" (so our server may send it PROFILE in either dialect).
+   * Every Python graph server reads a registered client's bytes one at a time and ignores all
+   * but COMPLETE (and PROFILE_DATA, in the profiling dialect), so this one byte is harmless to
+   * them; our server ignores other bytes from EZI_X_ASK_MIN up, for later additions. */
+  EZI_X_CLIENT = 0xf0,
   EZI_X_HELLO = 0xe5,
   EZI_X_RING = 0xe6,
   EZI_X_WIN_ASK_V1 = 0xe7,

@@ -17,14 +17,27 @@
 
 #define START_TIMEOUT_MS 5000
 
-static const struct option server_opts[] = {{"max-clients", required_argument, NULL, 'c'}, {0}};
+static const struct option server_opts[] = {
+    {"max-clients", required_argument, NULL, 'c'}, {"dialect", required_argument, NULL, 'd'}, {0}};
 #define SERVER_OPTS_HELP                                                                           \
   "  -c, --max-clients N  serve at most N clients at once (default 4096); one more is\n"           \
-  "                     refused, and it reports that the server is at its client limit\n"
+  "                     refused, and it reports that the server is at its client limit\n"          \
+  "  -d, --dialect D    released (default: greets as ezmsg " EZ_VERSION ", for ezmsg 3.7-3.9)\n"   \
+  "                     or profiling (greets as " EZ_VERSION_PROFILING ", for the\n"               \
+  "                     feature/profiling branch): which Python ezmsg the server takes its\n"      \
+  "                     Python clients to be. Both dialects' requests are served either way,\n"    \
+  "                     and ezmsg-c clients are served in full either way. Default:\n"             \
+  "                     $" EZ_DIALECT_ENV ", else released\n"
 
-/* --max-clients into an ez_server_opts. */
+/* --max-clients and --dialect into an ez_server_opts. */
 static int server_opt(int opt, const char *arg, void *user) {
   ez_server_opts *o = user;
+  if (opt == 'd') {
+    o->dialect = !strcmp(arg, "released")    ? EZ_DIALECT_RELEASED
+                 : !strcmp(arg, "profiling") ? EZ_DIALECT_PROFILING
+                                             : -1;
+    return o->dialect < 0 ? -1 : 0;
+  }
   char *end;
   errno = 0;
   long v = opt == 'c' ? strtol(arg, &end, 10) : -1;
@@ -43,7 +56,7 @@ static const cli_spec serve_spec = {
     .max_args = 0,
     .listen = true,
     .opts = server_opts,
-    .opts_short = "c:",
+    .opts_short = "c:d:",
     .opts_help = SERVER_OPTS_HELP,
 };
 
@@ -56,7 +69,7 @@ static const cli_spec start_spec = {
     .min_args = 0,
     .max_args = 0,
     .opts = server_opts,
-    .opts_short = "c:",
+    .opts_short = "c:d:",
     .opts_help = SERVER_OPTS_HELP,
 };
 
