@@ -18,6 +18,7 @@ typedef struct chunk {
 struct ezi_pk_doc {
   atomic_int refs;
   int proto;
+  size_t bytes; /* allocated in chunks */
   chunk *chunks;
   ezi_pk_doc **kept;
   size_t n_kept, cap_kept;
@@ -79,6 +80,7 @@ void *ezi_pk_alloc(ezi_pk_doc *d, size_t n) {
     if (!nc) return NULL;
     nc->cap = cap;
     nc->used = 0;
+    d->bytes += cap;
     if (cap == CHUNK || !c) { /* becomes the current chunk */
       nc->next = c;
       d->chunks = nc;
@@ -95,6 +97,8 @@ void *ezi_pk_alloc(ezi_pk_doc *d, size_t n) {
 }
 
 int ezi_pk_doc_proto(const ezi_pk_doc *d) { return d ? d->proto : 0; }
+
+size_t ezi_pk_doc_size(const ezi_pk_doc *d) { return d ? d->bytes : 0; }
 
 void ezi_pk_doc_set_proto(ezi_pk_doc *d, int proto) { d->proto = proto; }
 

@@ -135,6 +135,9 @@ void *ezi_pk_alloc(ezi_pk_doc *d, size_t n);
 int ezi_pk_doc_proto(const ezi_pk_doc *d);
 void ezi_pk_doc_set_proto(ezi_pk_doc *d, int proto); /* the decoder's */
 
+/* Bytes the document has allocated (a measure of its size, for budgets). */
+size_t ezi_pk_doc_size(const ezi_pk_doc *d);
+
 /* ---- decoding and encoding ------------------------------------------------------------------ */
 
 /* Decodes one pickle of buf[0, len) (nothing may follow its STOP). On success *doc is a new

@@ -117,7 +117,7 @@ static void test_protocols_agree(void **state) {
 
 /* Field by field: the list of basic values (see the generator in corpus/pickle/README.md). */
 static void test_basic_values(void **state) {
-  size_t n;
+  size_t n = 0;
   uint8_t *b = must_load("pickle", "basic_p4.bin", &n);
   ezi_pk_doc *d;
   const ezi_pk *l = decode(b, n, &d);
@@ -334,7 +334,7 @@ static void test_builders_roundtrip(void **state) {
   assert_int_equal(ezi_pk_append(ex, ezi_pk_int(d, 1)), 0);
   assert_int_equal(ezi_pk_dict_set_str(ex, "k", ezi_pk_int(d, 2)), 0);
   assert_int_equal(ezi_pk_append(l, ex), 0);
-  size_t n;
+  size_t n = 0;
   free(assert_roundtrip(l, &n));
   assert_true(n > 200000);
   /* a cycle through lists: written (Python loads it), refused by our decoder */
@@ -358,7 +358,7 @@ static void test_sharing(void **state) {
     assert_int_equal(ezi_pk_append(t, x), 0);
     x = t;
   }
-  size_t n;
+  size_t n = 0;
   uint8_t *b = assert_roundtrip(x, &n);
   assert_true(n < 2000);
   free(b);
@@ -397,7 +397,7 @@ static void test_keep(void **state) {
   assert_int_equal(ezi_pk_doc_keep(b, a), 0); /* once is enough */
   assert_int_equal(ezi_pk_doc_keep(a, b), EZ_EINVAL);
   ezi_pk_doc_free(a); /* b keeps it */
-  size_t n;
+  size_t n = 0;
   free(assert_roundtrip(l, &n));
   assert_string_equal(ezi_pk_str_of(ezi_pk_item(l, 0), NULL), "from a");
   ezi_pk_doc_free(b);

@@ -9,6 +9,7 @@
 
 /* The bytes of tests/corpus/<dir>/<name> (malloc'd, exactly *len bytes plus one), or NULL. */
 static inline uint8_t *tv_load(const char *dir, const char *name, size_t *len) {
+  *len = 0;
   char path[4096];
   const char *src = getenv("EZ_SRC");
   if (src) {
