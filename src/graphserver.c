@@ -8,6 +8,7 @@
 #include "dialect.h"
 #include "graphserver.h"
 #include "gs.h"
+#include "gs_released.h"
 #include "gsparse.h"
 #include "shm.h"
 
@@ -240,9 +241,14 @@ static void handle_edge(server *s, conn *c, uint8_t cmd, const char *from, size_
       memchr(to, 0, nt))
     return ezi_gs_proto_error(c, "topic is not valid UTF-8");
   char *f = ezi_strndup(from, nf), *t = ezi_strndup(to, nt);
+  bool changed = false; /* the persistent owner's edge (dag.h) */
   int rc = !f || !t             ? EZ_ENOMEM
-           : cmd == EZI_CONNECT ? ezi_dag_add_edge(s->dag, f, t)
-                                : ezi_dag_remove_edge(s->dag, f, t);
+           : cmd == EZI_CONNECT ? ezi_dag_add_edge_owned(s->dag, f, t, NULL, &changed)
+                                : ezi_dag_remove_edge_owned(s->dag, f, t, NULL, &changed);
+  if (!rc && changed) {
+    const char *topics[1] = {t};
+    ezi_gs_topology_event(s, EZI_M39_GRAPH_CHANGED, topics, 1, NULL, NULL);
+  }
   if (rc == EZ_ECYCLIC) {
     uint8_t cy = EZI_CYCLIC;
     ezi_buf b = {.data = &cy, .len = 1, .cap = 1};
@@ -294,23 +300,67 @@ static void broadcast_pubs(server *s, uint8_t cmd, op *o) {
 
 /* Parses one frame from c->in. Returns bytes consumed (> 0), 0 if more bytes are needed, or -1 if
  * the connection was closed. */
+/* The lone byte 21 of C_SNIFF was a SESSION: no PROFILE argument followed in SNIFF_NS. */
+static void sniffed(void *arg) {
+  conn *c = arg;
+  c->sniff_timer = 0;
+  if (c->st != C_SNIFF) return;
+  c->st = C_NEW;
+  if (ezi_buf_pending(&c->in) != 1) return; /* a PROFILE on its way after all */
+  ezi_buf_consume(&c->in, 1);
+  c->need = 0; /* (it was PROFILE's 9 bytes) */
+  ezi_gs_session_open(c->srv, c);
+}
+
+/* What a connection in state st sends: its parser's phase (-1: nothing is expected). */
+static int phase_of(cstate st) {
+  switch (st) {
+  case C_PUB_ADDR: return EZI_GS_PUB_ADDR;
+  case C_PUB:
+  case C_SUB:
+  case C_CHAN: return EZI_GS_CLIENT;
+  case C_NEW:
+  case C_SNIFF: return EZI_GS_COMMAND;
+  case C_SESSION: return EZI_GS_SESSION;
+  case C_PROCESS: return EZI_GS_PROCESS;
+  default: return -1; /* C_LEASE, C_WAIT, C_CLOSING, C_STREAM */
+  }
+}
+
 static long parse_one(server *s, conn *c) {
-  if (c->st == C_LEASE || c->st == C_WAIT || c->st == C_CLOSING)
-    return (long)ezi_buf_pending(&c->in); /* nothing more is expected: discard */
-  ezi_gs_phase phase = c->st == C_PUB_ADDR                                   ? EZI_GS_PUB_ADDR
-                       : c->st == C_PUB || c->st == C_SUB || c->st == C_CHAN ? EZI_GS_CLIENT
-                                                                             : EZI_GS_COMMAND;
+  int phase = phase_of(c->st);
+  if (phase < 0) return (long)ezi_buf_pending(&c->in); /* nothing more is expected: discard */
+  if (c->busy) return 0; /* a session's request is being answered: the next one waits */
   ezi_gs_req q;
-  int st = ezi_gs_parse(phase, ezi_buf_head(&c->in), ezi_buf_pending(&c->in), &q);
+  int st = ezi_gs_parse((ezi_gs_phase)phase, ezi_buf_head(&c->in), ezi_buf_pending(&c->in), &q);
   if (st < 0) {
-    ezi_gs_proto_error(c, "string beyond the 1 MiB limit");
+    ezi_gs_proto_error(c, "a string or payload beyond its limit");
     return -1;
   }
   if (st == 0) {
     c->need = q.need;
+    /* 21 alone: the released dialect's SESSION, or the profiling one's PROFILE, whose u64 is
+     * still on its way. A SESSION is followed by nothing until it is answered. */
+    if (c->st == C_NEW && q.cmd == EZI_PROFILE && ezi_buf_pending(&c->in) == 1) {
+      c->st = C_SNIFF;
+      c->sniff_timer = ezi_loop_timer(s->loop, ezi_now_ns() + SNIFF_NS, sniffed, c);
+    }
     return 0;
   }
   c->need = 0;
+  if (c->st == C_SNIFF) { /* a PROFILE after all */
+    ezi_loop_cancel(s->loop, c->sniff_timer);
+    c->sniff_timer = 0;
+    c->st = C_NEW;
+  }
+  if (c->st == C_SESSION) {
+    ezi_gs_session_request(s, c, &q);
+    return c->dead ? -1 : (long)q.used;
+  }
+  if (c->st == C_PROCESS) {
+    ezi_gs_process_request(s, c, &q);
+    return c->dead ? -1 : (long)q.used;
+  }
   long used = (long)q.used;
   uint8_t cmd = q.cmd;
   const char *a = q.a, *b = q.b;
@@ -373,6 +423,10 @@ static long parse_one(server *s, conn *c) {
     break;
   case EZI_DAG: handle_dag(s, c); break;
   case EZI_PROFILE: handle_profile(s, c, u1); break;
+  case EZI_PROCESS: ezi_gs_process_open(s, c); break;
+  case EZI_SESSION_SETTINGS_SUBSCRIBE:
+  case EZI_SESSION_TOPOLOGY_SUBSCRIBE:
+  case EZI_SESSION_PROFILING_SUBSCRIBE: ezi_gs_stream_open(s, c, &q); break;
   default: {
     char what[64];
     snprintf(what, sizeof what, "unknown command %u", cmd);
@@ -381,6 +435,16 @@ static long parse_one(server *s, conn *c) {
   }
   }
   return c->dead ? -1 : used;
+}
+
+bool ezi_gs_consume(conn *c) {
+  for (;;) {
+    long used = parse_one(c->srv, c);
+    if (used < 0) return false;
+    if (used == 0) return true;
+    ezi_buf_consume(&c->in, (size_t)used);
+    if (!ezi_buf_pending(&c->in)) return true;
+  }
 }
 
 static void on_conn(ezi_watch *w, uint32_t ev) {
@@ -392,15 +456,15 @@ static void on_conn(ezi_watch *w, uint32_t ev) {
     for (;;) {
       long n = ezi_buf_fill(&c->in, c->w.fd, IN_LIMIT);
       if (n < 0) return ezi_gs_close(c); /* EOF or error: the client left */
+      if (c->in.cap != c->in_charged) {  /* what every connection buffers is bounded too */
+        s->in_total += c->in.cap - c->in_charged;
+        c->in_charged = c->in.cap;
+        if (s->in_total > IN_BUDGET)
+          return ezi_gs_proto_error(c, "the server's input budget is used up");
+      }
       if (n == 0) break;
       if (c->need > ezi_buf_pending(&c->in)) continue;
-      for (;;) {
-        long used = parse_one(s, c);
-        if (used < 0) return;
-        if (used == 0) break;
-        ezi_buf_consume(&c->in, (size_t)used);
-        if (!ezi_buf_pending(&c->in)) break;
-      }
+      if (!ezi_gs_consume(c)) return;
       if (ezi_buf_pending(&c->in) >= IN_LIMIT) return ezi_gs_proto_error(c, "request too large");
     }
     if (ev & (EPOLLHUP | EPOLLERR)) return ezi_gs_close(c);
@@ -467,6 +531,14 @@ static void *server_thread(void *arg) {
   return NULL;
 }
 
+/* The topic graph and the released dialect's history and settings. */
+static void free_state(server *s) {
+  ezi_dag_free(s->dag);
+  ezi_gs_events_free(s->settings_events);
+  ezi_gs_events_free(s->topology_events);
+  ezi_gs_settings_free(s);
+}
+
 int ez_server_start(const char *address, ez_server **out) {
   return ez_server_start_opts(address, NULL, out);
 }
@@ -492,9 +564,11 @@ int ez_server_start_opts(const char *address, const ez_server_opts *opts, ez_ser
     return rc;
   }
   s->dag = ezi_dag_new();
+  bool made = s->dag && ezi_gs_events_init(s) == 0;
   int fd = ezi_tcp_listen(host, port, 512);
-  if (fd < 0 || !s->dag) {
-    ezi_dag_free(s->dag);
+  if (fd < 0 || !made) {
+    if (fd >= 0) close(fd);
+    free_state(s);
     ezi_loop_free(s->loop);
     free(s);
     return fd < 0 ? fd : EZ_ENOMEM;
@@ -507,7 +581,7 @@ int ez_server_start_opts(const char *address, const ez_server_opts *opts, ez_ser
   if (pthread_create(&s->thread, NULL, server_thread, s)) {
     ezi_loop_del(&s->listen);
     close(fd);
-    ezi_dag_free(s->dag);
+    free_state(s);
     ezi_loop_free(s->loop);
     free(s);
     return EZ_ESYS;
@@ -550,7 +624,7 @@ void ez_server_stop(ez_server *s) {
   pthread_join(s->thread, NULL);
   ezi_loop_del(&s->listen);
   close(s->listen.fd);
-  ezi_dag_free(s->dag);
+  free_state(s);
   ezi_loop_free(s->loop);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);

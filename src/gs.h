@@ -7,6 +7,7 @@
 #define EZI_GS_H
 
 #include "dag.h"
+#include "gsparse.h"
 #include "internal.h"
 #include "loop.h"
 #include "wire.h"
@@ -15,13 +16,32 @@
 #include <pthread.h>
 #include <stdbool.h>
 
-#define IN_LIMIT (2 * (size_t)EZ_MAX_CONTROL_STR + 64) /* the largest request: two strings */
+/* The largest request: a released-dialect process request (three strings and a payload). */
+#define IN_LIMIT (3 * (size_t)EZ_MAX_CONTROL_STR + EZI_GS_MAX_PAYLOAD + 64)
 #define OUT_LIMIT ((size_t)16 << 20) /* a client that lets more pile up is dropped */
 #define MAX_CONNS 4096               /* default client limit */
 #define MAX_SEGMENTS 4096
 #define PROFILE_TIMEOUT_NS 1000000000ull
 #define UPDATE_TIMEOUT_NS 30000000000ull
 #define LINGER_NS 2000000000ull
+/* A lone 21 on a new connection is a released-dialect SESSION unless the 8 bytes of a profiling-
+ * dialect PROFILE follow within this long (a client sends them with the command byte, or right
+ * after it: Python's writes are two send calls, microseconds apart). */
+#define SNIFF_NS 50000000ull
+/* What the server keeps of the released dialect's history (as 3.9.0's defaults): events of each
+ * kind, and trace samples per process (also at most TRACE_BYTES of them). */
+#define EVENT_HISTORY 10000
+#define TRACE_SAMPLES 200000
+#define TRACE_BYTES ((size_t)64 << 20)
+/* A stream subscriber whose socket holds this much unsent is skipped (events are dropped for it,
+ * counted) until it reads: a slow reader costs bounded memory. */
+#define STREAM_BACKLOG ((size_t)1 << 20)
+/* Input all connections may buffer at once (each within its request's limit, gsparse.h): a
+ * connection that would take more is dropped. */
+#define IN_BUDGET ((size_t)256 << 20)
+/* The longest a routed process request may wait for its answer (3.9 lets the client choose;
+ * a larger timeout is clamped to this). */
+#define ROUTE_MAX_NS 300000000000ull
 
 typedef enum {
   C_NEW,      /* version sent, waiting for a command */
@@ -32,6 +52,11 @@ typedef enum {
   C_LEASE,    /* holds a shared-memory segment until it closes */
   C_WAIT,     /* a one-shot request waiting for its op */
   C_CLOSING,  /* answer sent (or being sent); waiting for the peer to hang up */
+  /* the released dialect (gs_session.c, gs_process.c, gs_stream.c) */
+  C_SNIFF,   /* sent 21 alone: a SESSION, or a PROFILE whose u64 is late (waits SNIFF_NS) */
+  C_SESSION, /* a GraphContext session */
+  C_PROCESS, /* a process's control connection */
+  C_STREAM,  /* a settings, topology or profiling-trace stream */
 } cstate;
 
 typedef struct ez_server server;
@@ -48,7 +73,15 @@ typedef struct wqueue { /* FIFO ring of waiters */
   size_t head, n, cap;
 } wqueue;
 
-typedef enum { OP_SUBSCRIBE, OP_PUBLISH, OP_EDGE, OP_SYNC, OP_PROFILE, OP_NOTIFY } opkind;
+typedef enum {
+  OP_SUBSCRIBE,
+  OP_PUBLISH,
+  OP_EDGE,
+  OP_SYNC,
+  OP_PROFILE,
+  OP_NOTIFY,
+  OP_SESSION, /* a session's request that waited for UPDATEs: answer `reply`, then go on */
+} opkind;
 
 struct op {
   opkind kind;
@@ -58,12 +91,20 @@ struct op {
   conn *req; /* who gets the answer (NULL: none, or it left) */
   uint64_t timer;
   server *srv;
+  uint8_t reply; /* OP_SESSION: the byte to answer (COMPLETE, CYCLIC) */
   /* OP_PROFILE */
   uint64_t window_ms;
   size_t n_results;
   json_t **results;
   bool *is_channel;
 };
+
+typedef struct gs_session gs_session; /* gs_session.c */
+typedef struct gs_process gs_process; /* gs_process.c */
+typedef struct gs_stream gs_stream;   /* gs_stream.c */
+typedef struct gs_route gs_route;     /* gs_process.c: a process request waiting for its answer */
+typedef struct gs_setting gs_setting; /* gs_settings.c */
+typedef struct gs_events gs_events;   /* gs_stream.c */
 
 typedef struct segment {
   char name[64];
@@ -90,6 +131,14 @@ struct conn {
   uint64_t linger_timer;
   bool ezc;  /* an ezmsg-c client (it sent EZI_X_CLIENT): answers PROFILE in either dialect */
   bool dead; /* closed; freed once the current callback is over */
+  /* the released dialect */
+  uint64_t sniff_timer; /* C_SNIFF */
+  bool busy;            /* a session's request is being answered: later ones wait */
+  uint64_t resume_timer;
+  size_t in_charged; /* what this connection's input buffer counts against IN_BUDGET */
+  gs_session *sess;  /* C_SESSION */
+  gs_process *proc;  /* C_PROCESS */
+  gs_stream *stream; /* C_STREAM */
   conn *prev, *next;
 };
 
@@ -105,7 +154,13 @@ struct ez_server {
   conn *graveyard; /* closed connections waiting to be freed */
   uint64_t reap_timer;
   char address[300];
-  int dialect;          /* EZ_DIALECT_PROFILING or EZ_DIALECT_RELEASED */
+  int dialect;     /* EZ_DIALECT_PROFILING or EZ_DIALECT_RELEASED */
+  size_t in_total; /* input buffered by every connection (IN_BUDGET) */
+  /* the released dialect's state */
+  gs_route *routes; /* process requests waiting for their answers */
+  gs_setting *settings;
+  size_t n_settings, cap_settings;
+  gs_events *settings_events, *topology_events;
   const char *greeting; /* what every connection is greeted with, by the dialect */
   pthread_t thread;
   pthread_mutex_t mu;
@@ -154,6 +209,9 @@ void ezi_gs_proto_error(conn *c, const char *what);
 
 /* ---- graphserver.c -------------------------------------------------------------------------- */
 
+/* Parses and handles the requests c has buffered (after a session's answer, say). False if c
+ * was closed. */
+bool ezi_gs_consume(conn *c);
 /* Answers a finished PROFILE op. */
 void ezi_gs_reply_profile(op *o);
 /* Drops one lease of a segment; the last one removes its name. */

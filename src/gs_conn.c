@@ -1,6 +1,7 @@
 /* The graph server's connections: their I/O and lifetime, the ops that wait for other clients'
  * answers, and the UPDATEs that tell subscribers of topology changes (gs.h). */
 #include "gs.h"
+#include "gs_released.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,7 @@ void ezi_gs_op_finish(op *o) {
       break;
     case OP_PROFILE: ezi_gs_reply_profile(o); break;
     case OP_NOTIFY: break;
+    case OP_SESSION: ezi_gs_session_reply(o); break;
     }
   }
   o->req = NULL;
@@ -245,6 +247,13 @@ void ezi_gs_close(conn *c) {
   if (c->next) c->next->prev = c->prev;
   s->n_conns--;
   drain_waiters(c);
+  s->in_total -= c->in_charged;
+  if (c->sniff_timer) ezi_loop_cancel(s->loop, c->sniff_timer);
+  if (c->resume_timer) ezi_loop_cancel(s->loop, c->resume_timer);
+  c->sniff_timer = c->resume_timer = 0;
+  ezi_gs_session_closed(s, c); /* (each a no-op for connections of other kinds) */
+  ezi_gs_process_closed(s, c);
+  ezi_gs_stream_closed(s, c);
   if (c->lease) ezi_gs_seg_release(s, c->lease);
   if (was == C_PUB) {
     /* Beyond the reference: tell the subscribers downstream that this publisher is gone. */
