@@ -9,6 +9,10 @@
 #include "gsparse.h"
 #include "meta39.h"
 
+/* The attribute our server adds to the GraphSnapshots it sends (a str: the ezmsg version it
+ * greets with): a released-dialect client of ours that finds it knows it may send PROFILE. */
+#define EZI_GS_MARK_ATTR "ezmsg_c_server"
+
 /* ---- gs_session.c --------------------------------------------------------------------------- */
 
 /* SESSION: c becomes a session (answered `str id, COMPLETE`). */

@@ -338,6 +338,9 @@ static int snapshot(server *s, uint8_t **out, size_t *len) {
 #undef ALLOC
   ezi_pk *root = NULL;
   if (!rc) rc = ezi_m39_build(d, &EZI_M39_GRAPH_SNAPSHOT, &gs, &root, NULL);
+  /* One attribute more than 3.9.0's GraphSnapshot declares, which its unpickling keeps and
+   * ignores: a client of ours learns that this server answers PROFILE too (ezi_gs_is_ours). */
+  if (!rc) rc = ezi_pk_attr_set(root, EZI_GS_MARK_ATTR, ezi_pk_cstr(d, EZ_VERSION));
   if (!rc) rc = ezi_pk_dump(root, 0, NULL, out, len, NULL);
   ez_graph_free(&gr);
   ezi_pk_doc_free(d);
