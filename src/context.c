@@ -4,6 +4,7 @@
 #include "channel.h"
 #include "graphclient.h"
 #include "graphserver.h"
+#include "procclient.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -281,6 +282,9 @@ static uint32_t tcp_window(void) {
 
 /* ---- open / close -------------------------------------------------------------------------- */
 
+static void proc_start(void *arg) { ezi_proc_start(arg); }
+static void proc_stop(void *arg) { ezi_proc_stop(arg); }
+
 static void *io_thread(void *arg) {
   ez_context *ctx = arg;
   ezi_loop_run(ctx->loop);
@@ -343,6 +347,7 @@ int ez_context_open(const char *address, ez_context **out) {
     ezi_loop_set_idle_hook(ctx->loop, ezi_tcpring_idle, ctx);
     if (pthread_create(&ctx->thread, NULL, io_thread, ctx)) rc = EZ_ESYS;
   }
+  if (!rc) ezi_ctx_call(ctx, proc_start, ctx); /* a released graph's process link */
   if (rc) {
     if (ctx->loop) ezi_loop_free(ctx->loop);
     ezi_tick_free(ctx->tick);
@@ -374,6 +379,7 @@ void ez_context_close(ez_context *ctx) {
     if (!p) break;
     ez_pub_destroy(p);
   }
+  ezi_ctx_call(ctx, proc_stop, ctx);
   ezi_loop_stop(ctx->loop);
   pthread_join(ctx->thread, NULL);
   ezi_loop_free(ctx->loop);

@@ -223,6 +223,7 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
     if (local && ezi_lchan_take(s, m)) { /* (it sets local_recent) */
       if (s->efd >= 0) maybe_empty(s);
       pthread_mutex_unlock(&s->mu);
+      __atomic_store_n(&s->received, s->received + 1, __ATOMIC_RELAXED);
       return 0;
     }
     note x = s->q[s->head];
@@ -230,7 +231,10 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
     s->head = (s->head + 1) % s->cap;
     if (--s->n == 0) maybe_empty(s);
     pthread_mutex_unlock(&s->mu);
-    if (ezi_chan_view(x.cs, x.msg_id, m) == 0) return 0;
+    if (ezi_chan_view(x.cs, x.msg_id, m) == 0) {
+      __atomic_store_n(&s->received, s->received + 1, __ATOMIC_RELAXED);
+      return 0;
+    }
   }
 }
 

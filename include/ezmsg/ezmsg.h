@@ -77,6 +77,7 @@ enum {
   EZ_ECYCLIC = -4001,  /* CONNECT would create a cycle in the topic graph */
   EZ_EREFUSED = -4002, /* the graph server closed the connection before greeting: it is at its
                         * client limit (or what answers is not a graph server) */
+  EZ_ENOTSUP = -95,    /* the peer's ezmsg does not have it (profiling on a 3.7 or 3.8 server) */
 };
 
 /* Returns a static, human-readable name for an EZ_E* code (or "unknown error"). Any thread. */
