@@ -300,6 +300,8 @@ static void broadcast_pubs(server *s, uint8_t cmd, op *o) {
 
 /* Parses one frame from c->in. Returns bytes consumed (> 0), 0 if more bytes are needed, or -1 if
  * the connection was closed. */
+uint64_t ezi_gs_sniff_ns = SNIFF_NS;
+
 /* The lone byte 21 of C_SNIFF was a SESSION: no PROFILE argument followed in SNIFF_NS. */
 static void sniffed(void *arg) {
   conn *c = arg;
@@ -343,7 +345,7 @@ static long parse_one(server *s, conn *c) {
      * still on its way. A SESSION is followed by nothing until it is answered. */
     if (c->st == C_NEW && q.cmd == EZI_PROFILE && ezi_buf_pending(&c->in) == 1) {
       c->st = C_SNIFF;
-      c->sniff_timer = ezi_loop_timer(s->loop, ezi_now_ns() + SNIFF_NS, sniffed, c);
+      c->sniff_timer = ezi_loop_timer(s->loop, ezi_now_ns() + ezi_gs_sniff_ns, sniffed, c);
     }
     return 0;
   }

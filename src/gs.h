@@ -28,6 +28,9 @@
  * dialect PROFILE follow within this long (a client sends them with the command byte, or right
  * after it: Python's writes are two send calls, microseconds apart). */
 #define SNIFF_NS 50000000ull
+/* SNIFF_NS, as every server in this process uses it: a fuzz target sets it to 0 (its sessions
+ * send nothing after 21 until answered). Set it before starting servers. */
+extern uint64_t ezi_gs_sniff_ns;
 /* What the server keeps of the released dialect's history (as 3.9.0's defaults): events of each
  * kind, and trace samples per process (also at most TRACE_BYTES of them). */
 #define EVENT_HISTORY 10000
