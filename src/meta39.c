@@ -413,8 +413,8 @@ static ezi_pk *b_obj(ctx *c, const ezi_m39_class *k, const void *in);
 
 static ezi_pk *b_dict(ctx *c, const ezi_m39_field *f, const void *base) {
   size_t k = *CAT(base, f->off_n, size_t);
-  const char *keys = *CAT(base, f->off_keys, const char *),
-             *vals = *CAT(base, f->off, const char *);
+  const char *keys = *CAT(base, f->off_keys, char *),
+             *vals = *CAT(base, f->off, char *);
   ezi_pk *d = nomem(c, ezi_pk_container(c->d, EZI_PK_DICT));
   bool objs = f->type == EZI_M39_F_DICT_STR_OBJ || f->type == EZI_M39_F_DICT_UUID_OBJ;
   size_t vsz = objs ? ((const ezi_m39_class *)f->sub)->size : sizeof(ezi_m39_strs);

@@ -485,6 +485,20 @@ static void test_v39_vectors(void **state) {
                       ? o2.edges[e].owners[k] == NULL
                       : strcmp(o.edges[e].owners[k], o2.edges[e].owners[k]) == 0);
   }
+  /* exactly tests/corpus/ours/dag_v39_owners.bin, which Python 3.9.0 and feature/profiling load */
+  uint8_t *want;
+  size_t wn;
+  char path[4096];
+  const char *src = getenv("EZ_SRC");
+  snprintf(path, sizeof(path), "%s/tests/corpus/ours/dag_v39_owners.bin", src ? src : ".");
+  FILE *f = fopen(path, "rb");
+  if (!f) fail_msg("cannot open %s", path);
+  want = malloc(4096);
+  wn = fread(want, 1, 4096, f);
+  fclose(f);
+  assert_int_equal(pn, wn);
+  assert_memory_equal(pk, want, wn);
+  free(want);
   free(pk);
   ezi_dag_owners_free(&o2);
   ez_graph_free(&g2);

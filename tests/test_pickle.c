@@ -96,6 +96,22 @@ static void test_vectors(void **state) {
   print_message("vectors re-encoded to Python's exact bytes: %d\n", exact);
 }
 
+/* Our re-encoding of basic_p4.bin is exactly tests/corpus/ours/generic_basic_p4.bin, which
+ * Python 3.9.0 loads to a list equal to the original (tests/corpus/ours/README.md). */
+static void test_ours(void **state) {
+  size_t n, on, wn;
+  uint8_t *b = must_load("pickle", "basic_p4.bin", &n),
+          *want = must_load("ours", "generic_basic_p4.bin", &wn);
+  ezi_pk_doc *d;
+  uint8_t *ours = assert_roundtrip(decode(b, n, &d), &on);
+  assert_int_equal(on, wn);
+  assert_memory_equal(ours, want, wn);
+  free(ours);
+  free(want);
+  free(b);
+  ezi_pk_doc_free(d);
+}
+
 /* The same list pickled with protocols 2 to 5 decodes to one tree. */
 static void test_protocols_agree(void **state) {
   ezi_pk_doc *docs[4];
@@ -634,6 +650,7 @@ int main(void) {
       cmocka_unit_test(test_limits),
       cmocka_unit_test(test_truncations),
       cmocka_unit_test(test_mutations),
+      cmocka_unit_test(test_ours),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
