@@ -64,6 +64,8 @@ def copy_dir(src, target):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
     for n in sorted(os.listdir(src)):
+        if n.endswith(".md"):
+            continue
         shutil.copyfile(os.path.join(src, n), os.path.join(d, "seed-" + n))
 
 
@@ -240,6 +242,8 @@ def main():
     for n, sel in M39_FILES.items():
         write("meta39", n, u8(sel) + open(os.path.join(ROOT, "tests", "corpus", "meta39", n), "rb").read())
     for n in sorted(os.listdir(os.path.join(ROOT, "tests", "corpus", "dag"))):
+        if n.endswith(".md"):
+            continue
         write("meta39", "dag_" + n, u8(SEL_DAG) + open(os.path.join(ROOT, "tests", "corpus", "dag", n), "rb").read())
     for name, data in meta39_hostile().items():
         write("meta39", name, data)
