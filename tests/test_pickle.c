@@ -391,6 +391,19 @@ static void test_sharing(void **state) {
     deep = c;
   }
   assert_int_equal(ezi_pk_dump(deep, 0, NULL, &b, &n, &err), EZ_EINVAL); /* too deep */
+  /* a bytearray is a leaf for the depth check: one at the limit dumps within it */
+  ezi_pk *ba = ezi_pk_bytearray(d, "xy", 2), *ba0 = ezi_pk_bytearray(d, "", 0);
+  ezi_pk *pair = ezi_pk_container(d, EZI_PK_LIST);
+  assert_int_equal(ezi_pk_append(pair, ba), 0);
+  assert_int_equal(ezi_pk_append(pair, ba0), 0);
+  ezi_pk_limits two = {.max_depth = 2};
+  assert_int_equal(ezi_pk_dump(pair, 0, &two, &b, &n, &err), 0);
+  ezi_pk_doc *d3;
+  const ezi_pk *r3;
+  assert_int_equal(ezi_pk_load(b, n, &two, &d3, &r3, &err), 0);
+  assert_true(ezi_pk_equal(r3, pair));
+  ezi_pk_doc_free(d3);
+  free(b);
   ezi_pk_limits lim = {.max_depth = 400};
   assert_int_equal(ezi_pk_dump(deep, 0, &lim, &b, &n, &err), 0);
   ezi_pk_doc *d2;
