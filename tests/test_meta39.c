@@ -425,7 +425,8 @@ static void test_refused(void **state) {
   assert_int_equal(ezi_m39_parse(d, &EZI_M39_PROCESS_PING, o, &ping, &err), EZ_EPROTO);
   ezi_pk *wrong = ezi_pk_dataclass(d, "other.module", "ProcessPing");
   assert_int_equal(ezi_m39_parse(d, &EZI_M39_PROCESS_PING, wrong, &ping, &err), EZ_EPROTO);
-  assert_int_equal(ezi_m39_parse(d, &EZI_M39_PROCESS_STATS, o, &ping, &err), EZ_EPROTO);
+  ezi_m39_stats st;
+  assert_int_equal(ezi_m39_parse(d, &EZI_M39_PROCESS_STATS, o, &st, &err), EZ_EPROTO);
   /* an enum member that does not exist */
   ezi_m39_sub_profile sp;
   ezi_pk *s = ezi_pk_dataclass(d, EZI_M39_MOD, "SubscriberProfileSnapshot");
