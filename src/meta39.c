@@ -41,7 +41,6 @@ static void *arr(ctx *c, size_t n, size_t sz) {
   return p;
 }
 
-
 static bool is_none(const ezi_pk *n) { return n && n->type == EZI_PK_NONE; }
 
 static bool is_seq(const ezi_pk *n) {
