@@ -96,7 +96,8 @@ int ezi_dag_pickle(const ezi_dag *d, uint8_t **out, size_t *len);
  * dict of (str, str) -> non-empty set of None / uuid.UUID / str, whose keys are exactly the
  * graph's edges). Returns 0, EZ_ENOMEM, or EZ_EPROTO for anything else, malformed or
  * inconsistent (including trailing bytes, strings over EZ_MAX_CONTROL_STR, non-UTF-8 or with a
- * NUL, duplicate keys or owners, and more edges than input bytes). On error *out is zeroed. */
+ * NUL, duplicate keys or owners, and more edges or owners than input bytes). On error *out is
+ * zeroed. */
 int ezi_dag_unpickle(const uint8_t *buf, size_t len, ez_graph *out);
 
 /* The owners of each edge, as ezi_dag_unpickle_owned reports them: one allocation (free with

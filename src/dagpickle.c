@@ -236,14 +236,14 @@ static bool has_edge(const ez_graph *g, const char *from, const char *to) {
 }
 
 /* Checks edge_owners against the decoded graph and packs it into one allocation. */
-static int owners_of(const ezi_pk *eo, const ez_graph *g, ezi_dag_owners *out) {
+static int owners_of(const ezi_pk *eo, const ez_graph *g, size_t len, ezi_dag_owners *out) {
   size_t n = ezi_pk_len(eo), total = 0, edges = 0;
   if (!eo || eo->type != EZI_PK_DICT) return EZ_EPROTO;
   for (size_t i = 0; i < g->n_nodes; i++)
     edges += g->nodes[i].n_to;
   if (n != edges) return EZ_EPROTO; /* (with unique keys, all edges: checked below) */
   for (size_t i = 0; i < n; i++)
-    total += ezi_pk_len(ezi_pk_value(eo, i));
+    if ((total += ezi_pk_len(ezi_pk_value(eo, i))) > len) return EZ_EPROTO; /* shared sets */
   edge_rec *r = malloc((n + 1) * sizeof(*r));
   const char **flat = malloc((total + 1) * sizeof(*flat));
   char(*uuids)[37] = malloc((total + 1) * sizeof(*uuids));
@@ -346,7 +346,7 @@ int ezi_dag_unpickle_owned(const uint8_t *buf, size_t len, ez_graph *out, ezi_da
   if ((rc = finish(kv, n_keys, len, out))) goto done;
   if (eo) {
     ezi_dag_owners o;
-    if ((rc = owners_of(eo, out, &o))) goto done;
+    if ((rc = owners_of(eo, out, len, &o))) goto done;
     if (owners)
       *owners = o;
     else

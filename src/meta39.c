@@ -1,6 +1,6 @@
-/* The engine behind meta39.h: one parser and one builder driven by the classes' field tables
- * (meta39_classes.c). */
-#include "meta39.h"
+/* The engine behind meta39.h, parsing half (building: meta39_build.c): one parser driven by the
+ * classes' field tables (meta39_classes.c); also load / dump and the enums. */
+#include "meta39_engine.h"
 
 #include "ezmsg/ezmsg.h"
 
@@ -10,14 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct ctx {
-  ezi_pk_doc *d;
-  ezi_pk_err *err;
-  size_t budget; /* array entries the parser may still allocate */
-  const char *cls, *field;
-} ctx;
+#define AT EZI_M39_AT
+typedef ezi_m39_ctx ctx;
+typedef ezi_m39_span span;
+typedef ezi_m39_kspan kspan;
 
-static int fail(ctx *c, int code, const char *fmt, ...) {
+int ezi_m39_fail(ezi_m39_ctx *c, int code, const char *fmt, ...) {
   if (c->err->code) return c->err->code;
   c->err->code = code;
   char what[64];
@@ -31,30 +29,17 @@ static int fail(ctx *c, int code, const char *fmt, ...) {
 }
 
 static int bad(ctx *c, const char *want, const ezi_pk *got) {
-  return fail(c, EZ_EPROTO, "expected %s, got %.40s", want, ezi_pk_type_name(got));
+  return ezi_m39_fail(c, EZ_EPROTO, "expected %s, got %.40s", want, ezi_pk_type_name(got));
 }
 
 /* An array of n entries of sz bytes in the document, within the budget. */
 static void *arr(ctx *c, size_t n, size_t sz) {
-  if (n > c->budget) return fail(c, EZ_EPROTO, "more entries than the pickle holds"), NULL;
+  if (n > c->budget) return ezi_m39_fail(c, EZ_EPROTO, "more entries than the pickle holds"), NULL;
   c->budget -= n;
   void *p = ezi_pk_alloc(c->d, (n ? n : 1) * sz);
-  if (!p) fail(c, EZ_ENOMEM, "out of memory");
+  if (!p) ezi_m39_fail(c, EZ_ENOMEM, "out of memory");
   return p;
 }
-
-/* The places the list and dict helpers parse into and build from. */
-typedef struct span {
-  void *v;
-  size_t n;
-} span;
-typedef struct kspan {
-  void *v, *keys;
-  size_t n;
-} kspan;
-
-#define AT(base, off, T) ((T *)((char *)(base) + (off)))
-#define CAT(base, off, T) ((const T *)((const char *)(base) + (off)))
 
 static bool is_none(const ezi_pk *n) { return n && n->type == EZI_PK_NONE; }
 
@@ -62,12 +47,21 @@ static bool is_seq(const ezi_pk *n) {
   return n && (n->type == EZI_PK_LIST || n->type == EZI_PK_TUPLE);
 }
 
+ezi_m39_ctx ezi_m39_ctx_make(ezi_pk_doc *d, const ezi_pk *n, ezi_pk_err *err) {
+  ezi_m39_ctx c = {.d = d, .err = err};
+  *err = (ezi_pk_err){0};
+  size_t size = ezi_pk_doc_size(d) + (n ? ezi_pk_doc_size(n->doc) : 0);
+  c.budget = size / 4 + 4096; /* entries of >= 8 bytes: about twice the documents' bytes */
+  return c;
+}
+
 /* ---- parsing -------------------------------------------------------------------------------- */
 
 static int p_str(ctx *c, const ezi_pk *n, const char **out) {
   const char *s = ezi_pk_cstr_of(n);
   if (!s)
-    return n && n->type == EZI_PK_STR ? fail(c, EZ_EPROTO, "a str with a NUL") : bad(c, "str", n);
+    return n && n->type == EZI_PK_STR ? ezi_m39_fail(c, EZ_EPROTO, "a str with a NUL")
+                                      : bad(c, "str", n);
   *out = s;
   return 0;
 }
@@ -127,12 +121,12 @@ static int unique(ctx *c, const void *keys, size_t n, size_t sz,
                   int (*cmp)(const void *, const void *)) {
   if (n < 2) return 0;
   char *t = malloc(n * sz);
-  if (!t) return fail(c, EZ_ENOMEM, "out of memory");
+  if (!t) return ezi_m39_fail(c, EZ_ENOMEM, "out of memory");
   memcpy(t, keys, n * sz);
   qsort(t, n, sz, cmp);
   int rc = 0;
   for (size_t i = 1; i < n && !rc; i++)
-    if (cmp(t + (i - 1) * sz, t + i * sz) == 0) rc = fail(c, EZ_EPROTO, "a duplicate key");
+    if (cmp(t + (i - 1) * sz, t + i * sz) == 0) rc = ezi_m39_fail(c, EZ_EPROTO, "a duplicate key");
   free(t);
   return rc;
 }
@@ -301,25 +295,17 @@ static int p_obj(ctx *c, const ezi_m39_class *k, const ezi_pk *n, void *out) {
     c->cls = k->name;
     c->field = f->name;
     const ezi_pk *v = ezi_pk_dict_get(st, f->name);
-    if (!v) return fail(c, EZ_EPROTO, "missing");
+    if (!v) return ezi_m39_fail(c, EZ_EPROTO, "missing");
     if (p_field(c, f, v, out)) return c->err->code;
   }
   c->cls = outer_cls, c->field = outer_field;
   return 0;
 }
 
-static ctx make_ctx(ezi_pk_doc *d, const ezi_pk *n, ezi_pk_err *err) {
-  ctx c = {.d = d, .err = err};
-  *err = (ezi_pk_err){0};
-  size_t size = ezi_pk_doc_size(d) + (n ? ezi_pk_doc_size(n->doc) : 0);
-  c.budget = size / 4 + 4096; /* entries of >= 8 bytes: about twice the documents' bytes */
-  return c;
-}
-
 int ezi_m39_parse(ezi_pk_doc *d, const ezi_m39_class *k, const ezi_pk *n, void *out,
                   ezi_pk_err *err) {
   ezi_pk_err scratch;
-  ctx c = make_ctx(d, n, err ? err : &scratch);
+  ctx c = ezi_m39_ctx_make(d, n, err ? err : &scratch);
   int rc = p_obj(&c, k, n, out);
   if (rc) memset(out, 0, k->size);
   return rc;
@@ -328,7 +314,7 @@ int ezi_m39_parse(ezi_pk_doc *d, const ezi_m39_class *k, const ezi_pk *n, void *
 int ezi_m39_parse_list(ezi_pk_doc *d, const ezi_m39_class *k, const ezi_pk *list, void **items,
                        size_t *n, ezi_pk_err *err) {
   ezi_pk_err scratch;
-  ctx c = make_ctx(d, list, err ? err : &scratch);
+  ctx c = ezi_m39_ctx_make(d, list, err ? err : &scratch);
   span out = {0};
   ezi_m39_field f = {.name = "(list)",
                      .type = EZI_M39_F_OBJS,
@@ -345,7 +331,7 @@ int ezi_m39_parse_list(ezi_pk_doc *d, const ezi_m39_class *k, const ezi_pk *list
 int ezi_m39_parse_dict(ezi_pk_doc *d, const ezi_m39_class *k, const ezi_pk *dict,
                        const char ***keys, void **items, size_t *n, ezi_pk_err *err) {
   ezi_pk_err scratch;
-  ctx c = make_ctx(d, dict, err ? err : &scratch);
+  ctx c = ezi_m39_ctx_make(d, dict, err ? err : &scratch);
   kspan out = {0};
   ezi_m39_field f = {.name = "(dict)",
                      .type = EZI_M39_F_DICT_STR_OBJ,
@@ -359,221 +345,6 @@ int ezi_m39_parse_dict(ezi_pk_doc *d, const ezi_m39_class *k, const ezi_pk *dict
   *items = rc ? NULL : out.v;
   *n = rc ? 0 : out.n;
   return rc;
-}
-
-/* ---- building ------------------------------------------------------------------------------- */
-
-static ezi_pk *b_str(ctx *c, const char *s) {
-  if (!s) return fail(c, EZ_EINVAL, "NULL for a str"), NULL;
-  ezi_pk *n = ezi_pk_cstr(c->d, s);
-  if (!n) fail(c, EZ_EINVAL, "not UTF-8 (or out of memory)");
-  return n;
-}
-
-static ezi_pk *b_none(ctx *c) {
-  ezi_pk *n = ezi_pk_none(c->d);
-  if (!n) fail(c, EZ_ENOMEM, "out of memory");
-  return n;
-}
-
-static ezi_pk *nomem(ctx *c, ezi_pk *n) {
-  if (!n) fail(c, EZ_ENOMEM, "out of memory");
-  return n;
-}
-
-static ezi_pk *b_strs(ctx *c, const ezi_m39_strs *s) {
-  ezi_pk *l = nomem(c, ezi_pk_container(c->d, EZI_PK_LIST));
-  for (size_t i = 0; l && i < s->n; i++) {
-    ezi_pk *v = b_str(c, s->v[i]);
-    if (!v || ezi_pk_append(l, v)) return nomem(c, NULL);
-  }
-  return l;
-}
-
-static ezi_pk *b_uuid(ctx *c, const ezi_m39_uuid *u) {
-  ezi_pk *n = ezi_pk_uuid(c->d, u->s);
-  if (!n) fail(c, EZ_EINVAL, "not a UUID: %.36s", u->s);
-  return n;
-}
-
-static ezi_pk *b_enum(ctx *c, const ezi_m39_enum *e, int i) {
-  const char *v = ezi_m39_enum_name(e, i);
-  if (!v) return fail(c, EZ_EINVAL, "no %s %d", e->cls, i), NULL;
-  return nomem(c, ezi_pk_enum(c->d, EZI_M39_MOD, e->cls, ezi_pk_cstr(c->d, v)));
-}
-
-static ezi_pk *b_edge(ctx *c, const ezi_m39_edge *e) {
-  ezi_pk *args = nomem(c, ezi_pk_container(c->d, EZI_PK_TUPLE));
-  ezi_pk *a = args ? b_str(c, e->from_topic) : NULL, *b = a ? b_str(c, e->to_topic) : NULL;
-  if (!b || ezi_pk_append(args, a) || ezi_pk_append(args, b)) return nomem(c, NULL);
-  return nomem(c, ezi_pk_namedtuple(c->d, EZI_M39_MOD, "Edge", args));
-}
-
-static ezi_pk *b_obj(ctx *c, const ezi_m39_class *k, const void *in);
-
-static ezi_pk *b_dict(ctx *c, const ezi_m39_field *f, const void *base) {
-  size_t k = *CAT(base, f->off_n, size_t);
-  const char *keys = *CAT(base, f->off_keys, const char *),
-             *vals = *CAT(base, f->off, const char *);
-  ezi_pk *d = nomem(c, ezi_pk_container(c->d, EZI_PK_DICT));
-  bool objs = f->type == EZI_M39_F_DICT_STR_OBJ || f->type == EZI_M39_F_DICT_UUID_OBJ;
-  size_t vsz = objs ? ((const ezi_m39_class *)f->sub)->size : sizeof(ezi_m39_strs);
-  for (size_t i = 0; d && i < k; i++) {
-    ezi_pk *kn = f->type == EZI_M39_F_DICT_UUID_OBJ    ? b_uuid(c, (const ezi_m39_uuid *)keys + i)
-                 : f->type == EZI_M39_F_DICT_EDGE_STRS ? b_edge(c, (const ezi_m39_edge *)keys + i)
-                                                       : b_str(c, ((const char *const *)keys)[i]);
-    const char *field = c->field, *cls = c->cls;
-    ezi_pk *vn = !kn    ? NULL
-                 : objs ? b_obj(c, f->sub, vals + i * vsz)
-                        : b_strs(c, (const ezi_m39_strs *)(vals + i * vsz));
-    c->field = field, c->cls = cls;
-    if (!vn) return NULL;
-    if (ezi_pk_dict_add(d, kn, vn)) return nomem(c, NULL);
-  }
-  return d;
-}
-
-static ezi_pk *b_field(ctx *c, const ezi_m39_field *f, const void *base) {
-  const void *at = (const char *)base + f->off;
-  switch (f->type) {
-  case EZI_M39_F_OSTR:
-    if (!*(const char *const *)at) return b_none(c);
-    /* fall through */
-  case EZI_M39_F_STR: return b_str(c, *(const char *const *)at);
-  case EZI_M39_F_OINT:
-    if (!((const ezi_m39_oint *)at)->has) return b_none(c);
-    return nomem(c, ezi_pk_int(c->d, ((const ezi_m39_oint *)at)->v));
-  case EZI_M39_F_INT: return nomem(c, ezi_pk_int(c->d, *(const int64_t *)at));
-  case EZI_M39_F_OFLOAT:
-    if (!((const ezi_m39_ofloat *)at)->has) return b_none(c);
-    return nomem(c, ezi_pk_float(c->d, ((const ezi_m39_ofloat *)at)->v));
-  case EZI_M39_F_FLOAT: return nomem(c, ezi_pk_float(c->d, *(const double *)at));
-  case EZI_M39_F_BOOL: return nomem(c, ezi_pk_bool(c->d, *(const bool *)at));
-  case EZI_M39_F_OBYTES: {
-    const ezi_m39_bytes *b = at;
-    if (!b->has) return b_none(c);
-    if (!b->p && b->len) return fail(c, EZ_EINVAL, "NULL bytes"), NULL;
-    return nomem(c, ezi_pk_bytes(c->d, b->p, b->len));
-  }
-  case EZI_M39_F_OUUID:
-    if (!((const ezi_m39_uuid *)at)->has) return b_none(c);
-    /* fall through */
-  case EZI_M39_F_UUID: return b_uuid(c, at);
-  case EZI_M39_F_OSTRS:
-    if (!((const ezi_m39_strs *)at)->has) return b_none(c);
-    /* fall through */
-  case EZI_M39_F_STRS: return b_strs(c, at);
-  case EZI_M39_F_OUUIDS: {
-    const ezi_m39_uuids *u = at;
-    if (!u->has) return b_none(c);
-    ezi_pk *l = nomem(c, ezi_pk_container(c->d, EZI_PK_LIST));
-    for (size_t i = 0; l && i < u->n; i++) {
-      ezi_pk *v = b_uuid(c, &u->v[i]);
-      if (!v || ezi_pk_append(l, v)) return nomem(c, NULL);
-    }
-    return l;
-  }
-  case EZI_M39_F_OENUM:
-    if (*(const int *)at == EZI_M39_NONE) return b_none(c);
-    /* fall through */
-  case EZI_M39_F_ENUM: return b_enum(c, f->sub, *(const int *)at);
-  case EZI_M39_F_OP: {
-    const char *op = *(const char *const *)at;
-    if (!*CAT(base, f->off_n, bool)) return b_str(c, op);
-    int i = ezi_m39_enum_index(&EZI_M39_PROCESS_CONTROL_OPERATION, op);
-    return i < 0 ? (fail(c, EZ_EINVAL, "no ProcessControlOperation %.32s", op ? op : "NULL"), NULL)
-                 : b_enum(c, &EZI_M39_PROCESS_CONTROL_OPERATION, i);
-  }
-  case EZI_M39_F_ONODE:
-  case EZI_M39_F_ODICT:
-    if (!*(const ezi_pk *const *)at) return b_none(c);
-    /* fall through */
-  case EZI_M39_F_NODE:
-  case EZI_M39_F_REPR: {
-    const ezi_pk *n = *(const ezi_pk *const *)at;
-    bool ok = n && (f->type == EZI_M39_F_REPR    ? n->type == EZI_PK_DICT || n->type == EZI_PK_STR
-                    : f->type == EZI_M39_F_ODICT ? n->type == EZI_PK_DICT
-                    : f->sub                     ? ezi_pk_is_class(n, EZI_M39_MOD, f->sub)
-                                                 : true);
-    if (!ok) return fail(c, EZ_EINVAL, "a kept value of the wrong kind"), NULL;
-    int rc = ezi_pk_doc_keep(c->d, n->doc); /* referenced, not copied: keep its document */
-    if (rc) return fail(c, rc, "cannot keep the value's document"), NULL;
-    return (ezi_pk *)n;
-  }
-  case EZI_M39_F_OBJ: return b_obj(c, f->sub, at);
-  case EZI_M39_F_EDGES:
-  case EZI_M39_F_OBJS: {
-    size_t k = *CAT(base, f->off_n, size_t);
-    const char *v = *(const char *const *)at;
-    bool edges = f->type == EZI_M39_F_EDGES;
-    size_t sz = edges ? sizeof(ezi_m39_edge) : ((const ezi_m39_class *)f->sub)->size;
-    ezi_pk *l = nomem(c, ezi_pk_container(c->d, EZI_PK_LIST));
-    const char *field = c->field, *cls = c->cls;
-    for (size_t i = 0; l && i < k; i++) {
-      ezi_pk *x =
-          edges ? b_edge(c, (const ezi_m39_edge *)(v + i * sz)) : b_obj(c, f->sub, v + i * sz);
-      c->field = field, c->cls = cls;
-      if (!x || ezi_pk_append(l, x)) return nomem(c, NULL);
-    }
-    return l;
-  }
-  default: return b_dict(c, f, base);
-  }
-}
-
-static ezi_pk *b_obj(ctx *c, const ezi_m39_class *k, const void *in) {
-  c->cls = k->name;
-  c->field = "(class)";
-  ezi_pk *o = nomem(c, ezi_pk_dataclass(c->d, EZI_M39_MOD, k->name));
-  for (size_t i = 0; o && i < k->n_fields; i++) {
-    const ezi_m39_field *f = &k->fields[i];
-    c->cls = k->name;
-    c->field = f->name;
-    ezi_pk *v = b_field(c, f, in);
-    ezi_pk *key = v ? ezi_pk_cstr(c->d, f->name) : NULL;
-    if (!v) return NULL;
-    if (!key || ezi_pk_dict_add(o->u.o.state, key, v)) return nomem(c, NULL);
-  }
-  return o;
-}
-
-int ezi_m39_build(ezi_pk_doc *d, const ezi_m39_class *k, const void *in, ezi_pk **out,
-                  ezi_pk_err *err) {
-  ezi_pk_err scratch;
-  ctx c = make_ctx(d, NULL, err ? err : &scratch);
-  *out = b_obj(&c, k, in);
-  return *out ? 0 : c.err->code ? c.err->code : EZ_ENOMEM;
-}
-
-int ezi_m39_build_list(ezi_pk_doc *d, const ezi_m39_class *k, const void *items, size_t n,
-                       ezi_pk **out, ezi_pk_err *err) {
-  ezi_pk_err scratch;
-  ctx c = make_ctx(d, NULL, err ? err : &scratch);
-  span in = {(void *)items, n};
-  ezi_m39_field f = {.name = "(list)",
-                     .type = EZI_M39_F_OBJS,
-                     .off = offsetof(span, v),
-                     .off_n = offsetof(span, n),
-                     .sub = k};
-  c.cls = "list", c.field = "(items)";
-  *out = b_field(&c, &f, &in);
-  return *out ? 0 : c.err->code ? c.err->code : EZ_ENOMEM;
-}
-
-int ezi_m39_build_dict(ezi_pk_doc *d, const ezi_m39_class *k, const char *const *keys,
-                       const void *items, size_t n, ezi_pk **out, ezi_pk_err *err) {
-  ezi_pk_err scratch;
-  ctx c = make_ctx(d, NULL, err ? err : &scratch);
-  kspan in = {(void *)items, (void *)keys, n};
-  ezi_m39_field f = {.name = "(dict)",
-                     .type = EZI_M39_F_DICT_STR_OBJ,
-                     .off = offsetof(kspan, v),
-                     .off_n = offsetof(kspan, n),
-                     .off_keys = offsetof(kspan, keys),
-                     .sub = k};
-  c.cls = "dict", c.field = "(items)";
-  *out = b_field(&c, &f, &in);
-  return *out ? 0 : c.err->code ? c.err->code : EZ_ENOMEM;
 }
 
 int ezi_m39_load(const ezi_m39_class *k, const uint8_t *buf, size_t len, ezi_pk_doc **doc,

@@ -179,6 +179,12 @@ ezi_pk *ezi_pk_container(ezi_pk_doc *d, ezi_pk_type t);
 ezi_pk *ezi_pk_global(ezi_pk_doc *d, const char *mod, const char *name);
 /* A bare node of type t (zeroed value; containers empty). The decoder's primitive. */
 ezi_pk *ezi_pk_node(ezi_pk_doc *d, ezi_pk_type t);
+/* The value Python's loads makes of REDUCE(f, args) when f is one of the builtin types'
+ * reductions (builtins.set / frozenset of a list, builtins.bytearray of bytes or of a latin-1 str,
+ * builtins.bytes(), _codecs.encode(str, 'latin1')), or NULL if it is not one (*rc 0) or on
+ * ENOMEM (*rc EZ_ENOMEM). *made: nodes and entries it made. The decoder's (pickle_builtin.c). */
+ezi_pk *ezi_pk_reduce_builtin(ezi_pk_doc *d, const ezi_pk *f, const ezi_pk *args, size_t *made,
+                              int *rc);
 /* An OBJECT: how, callable/class, args (a TUPLE; NULL: an empty one), kwargs (NEWOBJ_EX only). */
 ezi_pk *ezi_pk_object(ezi_pk_doc *d, ezi_pk_how how, ezi_pk *cls, ezi_pk *args, ezi_pk *kwargs);
 

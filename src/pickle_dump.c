@@ -400,16 +400,21 @@ static int save(enc *e, const ezi_pk *n, size_t depth) {
   case EZI_PK_STR:
   case EZI_PK_BYTES: return save_blob(e, n);
   case EZI_PK_BYTEARRAY: { /* protocol 4: REDUCE(builtins.bytearray, (bytes,)), or () if empty */
-    struct {
-      ezi_pk cls, bytes, args;
-      ezi_pk *item;
-    } *t = own(e, sizeof(*t));
+    /* written at this node's depth: for the decoder's depth check a bytearray is a leaf */
+    ezi_pk *t = own(e, 2 * sizeof(*t));
     if (!t) return e->err->code;
-    t->cls = (ezi_pk){.type = EZI_PK_GLOBAL, .u.g = {"builtins", "bytearray"}};
-    t->bytes = (ezi_pk){.type = EZI_PK_BYTES, .hashable = true, .u.s = n->u.s};
-    t->item = &t->bytes;
-    t->args = (ezi_pk){.type = EZI_PK_TUPLE, .u.seq = {&t->item, n->u.s.len ? 1 : 0, 1}};
-    if (save(e, &t->cls, depth + 1) || save(e, &t->args, depth + 1)) return e->err->code;
+    t[0] = (ezi_pk){.type = EZI_PK_GLOBAL, .u.g = {"builtins", "bytearray"}};
+    t[1] = (ezi_pk){.type = EZI_PK_BYTES, .hashable = true, .u.s = n->u.s};
+    if (save_global(e, &t[0])) return e->err->code;
+    commit(e, false);
+    if (n->u.s.len == 0) {
+      put1(e, OP_EMPTY_TUPLE);
+    } else {
+      if (save_blob(e, &t[1])) return e->err->code;
+      put1(e, OP_TUPLE1);
+      put1(e, OP_MEMOIZE); /* the argument tuple, never fetched again */
+      e->memo++;
+    }
     put1(e, OP_REDUCE);
     return memoize(e, n, false);
   }

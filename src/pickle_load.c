@@ -30,8 +30,9 @@ enum {
 };
 /* clang-format on */
 
-#define MAX_DEPTH_CAP 1000 /* the depth check recurses: bound its stack whatever the caller asks   \
-                            */
+#define MAX_DEPTH_CAP                                                                              \
+  1000 /* the depth check recurses: bound its stack whatever the caller asks                       \
+        */
 
 typedef struct memo_slot {
   uint32_t idx;
@@ -339,78 +340,6 @@ static int op_global(vm *m, const uint8_t *mod, size_t ml, const uint8_t *name, 
   return push(m, g);
 }
 
-static ezi_pk *blob_copy(vm *m, ezi_pk_type t, const void *p, size_t n) {
-  ezi_pk *v = t == EZI_PK_BYTES ? ezi_pk_bytes(m->doc, p, n) : ezi_pk_bytearray(m->doc, p, n);
-  if (!v) fail(m, EZ_ENOMEM, "out of memory");
-  return v;
-}
-
-static bool is_str(const ezi_pk *n, const char *s) {
-  return n->type == EZI_PK_STR && n->u.s.len == strlen(s) && memcmp(n->u.s.p, s, n->u.s.len) == 0;
-}
-
-/* REDUCE of the builtin types' reductions (set, frozenset, bytearray, bytes) gives the value
- * itself, as Python's loads does; returns NULL (no error) if f(args) is not one of them. */
-static ezi_pk *builtin_reduce(vm *m, const ezi_pk *f, const ezi_pk *args) {
-  if (f->type != EZI_PK_GLOBAL) return NULL;
-  size_t n = args->u.seq.n;
-  const ezi_pk *a0 = n ? args->u.seq.v[0] : NULL;
-  bool builtins = strcmp(f->u.g.mod, "builtins") == 0;
-  const char *name = f->u.g.name;
-  if (builtins && (!strcmp(name, "set") || !strcmp(name, "frozenset"))) {
-    if (n > 1 || (n == 1 && a0->type != EZI_PK_LIST)) return NULL;
-    for (size_t i = 0; a0 && i < a0->u.seq.n; i++)
-      if (!a0->u.seq.v[i]->hashable) return NULL;
-    ezi_pk *s = mk(m, name[0] == 's' ? EZI_PK_SET : EZI_PK_FROZENSET);
-    if (!s || count(m, a0 ? a0->u.seq.n : 0)) return NULL;
-    for (size_t i = 0; a0 && i < a0->u.seq.n; i++)
-      if (ezi_pk_append(s, a0->u.seq.v[i])) return fail(m, EZ_ENOMEM, "out of memory"), NULL;
-    return s;
-  }
-  ezi_pk_type t = 0;
-  const ezi_pk *bytes = NULL;
-  if (builtins && (!strcmp(name, "bytearray") || !strcmp(name, "bytes"))) {
-    t = name[5] ? EZI_PK_BYTEARRAY : EZI_PK_BYTES;
-    if (n == 1 && a0->type == EZI_PK_BYTES && t == EZI_PK_BYTEARRAY)
-      bytes = a0;
-    else if (n == 2 && a0->type == EZI_PK_STR &&
-             (is_str(args->u.seq.v[1], "latin-1") || is_str(args->u.seq.v[1], "latin1")))
-      bytes = a0; /* bytearray(str, 'latin-1'): older Pythons' protocol 2 */
-    else if (n != 0)
-      return NULL;
-  } else if (!strcmp(f->u.g.mod, "_codecs") && !strcmp(name, "encode") && n == 2 &&
-             a0->type == EZI_PK_STR &&
-             (is_str(args->u.seq.v[1], "latin1") || is_str(args->u.seq.v[1], "latin-1"))) {
-    t = EZI_PK_BYTES, bytes = a0;
-  } else {
-    return NULL;
-  }
-  if (count(m, 1)) return NULL;
-  if (!bytes || bytes->type == EZI_PK_BYTES) {
-    ezi_pk *v = bytes ? blob_copy(m, t, bytes->u.s.p, bytes->u.s.len) : blob_copy(m, t, "", 0);
-    return v;
-  }
-  /* latin-1: every code point below 256 becomes one byte */
-  const uint8_t *s = (const uint8_t *)bytes->u.s.p;
-  size_t len = bytes->u.s.len, k = 0;
-  uint8_t *out = malloc(len + 1);
-  if (!out) return fail(m, EZ_ENOMEM, "out of memory"), NULL;
-  for (size_t i = 0; i < len; i++) {
-    if (s[i] < 0x80) {
-      out[k++] = s[i];
-    } else if ((s[i] == 0xc2 || s[i] == 0xc3) && i + 1 < len) {
-      out[k++] = (uint8_t)((s[i] & 3) << 6 | (s[i + 1] & 0x3f));
-      i++;
-    } else {
-      free(out);
-      return NULL; /* not latin-1: leave it an object */
-    }
-  }
-  ezi_pk *v = blob_copy(m, t, out, k);
-  free(out);
-  return v;
-}
-
 /* NEWOBJ, NEWOBJ_EX and REDUCE. */
 static int op_object(vm *m) {
   ezi_pk *kw = m->op == OP_NEWOBJ_EX ? pop(m) : NULL;
@@ -421,9 +350,11 @@ static int op_object(vm *m) {
     return fail(m, EZ_EPROTO, "arguments are a %s, not a tuple", ezi_pk_type_name(args));
   if (kw && kw->type != EZI_PK_DICT) return fail(m, EZ_EPROTO, "keyword arguments not a dict");
   if (m->op == OP_REDUCE) {
-    ezi_pk *v = builtin_reduce(m, cls, args);
-    if (v) return push(m, v);
-    if (m->err->code) return m->err->code;
+    size_t made = 0;
+    int rc = 0;
+    ezi_pk *v = ezi_pk_reduce_builtin(m->doc, cls, args, &made, &rc);
+    if (rc) return fail(m, rc, "out of memory");
+    if (v) return count(m, made) ? m->err->code : push(m, v);
   }
   if (count(m, 1)) return m->err->code;
   ezi_pk_how how = m->op == OP_NEWOBJ      ? EZI_PK_NEWOBJ

@@ -485,6 +485,20 @@ static void test_v39_vectors(void **state) {
                       ? o2.edges[e].owners[k] == NULL
                       : strcmp(o.edges[e].owners[k], o2.edges[e].owners[k]) == 0);
   }
+  /* exactly tests/corpus/ours/dag_v39_owners.bin, which Python 3.9.0 and feature/profiling load */
+  uint8_t *want;
+  size_t wn;
+  char path[4096];
+  const char *src = getenv("EZ_SRC");
+  snprintf(path, sizeof(path), "%s/tests/corpus/ours/dag_v39_owners.bin", src ? src : ".");
+  FILE *f = fopen(path, "rb");
+  if (!f) fail_msg("cannot open %s", path);
+  want = malloc(4096);
+  wn = fread(want, 1, 4096, f);
+  fclose(f);
+  assert_int_equal(pn, wn);
+  assert_memory_equal(pk, want, wn);
+  free(want);
   free(pk);
   ezi_dag_owners_free(&o2);
   ez_graph_free(&g2);
@@ -542,6 +556,35 @@ static void test_v39_malformed(void **state) {
       {"\x8c\x02/a\x8c\x02/b\x86\x8f(N\x90s\x8c\x01zNub.", EZ_EPROTO},     /* unknown attr */
       {"\x8c\x02/a\x8c\x02/b\x86\x8f(N\x90s\x8c\x05graphNub.", EZ_EPROTO}, /* graph twice */
   };
+  /* 60 edges sharing one set of 300 owners: more owners than input bytes */
+  char *big = malloc(65536);
+  size_t bigl = 0;
+  bigl += (size_t)sprintf(big + bigl, "\x80\x04"
+                                      "cezmsg.core.dag\nDAG\n)\x81}(\x8c\x05graph"
+                                      "ccollections\ndefaultdict\ncbuiltins\nset\n\x85"
+                                      "R(");
+  for (int i = 0; i < 60; i++)
+    bigl += (size_t)sprintf(big + bigl, "\x8c\x04/s%02d\x8f(\x8c\x04/t%02d\x90", i, i);
+  bigl += (size_t)sprintf(big + bigl, "u\x8c\x0b"
+                                      "edge_owners}(");
+  for (int i = 0; i < 60; i++) {
+    bigl += (size_t)sprintf(big + bigl, "\x8c\x04/s%02d\x8c\x04/t%02d\x86", i, i);
+    if (i == 0) {
+      bigl += (size_t)sprintf(big + bigl, "\x8f\x94(");
+      for (int k = 0; k < 300; k++)
+        bigl += (size_t)sprintf(big + bigl, "\x8c\x04o%03d", k);
+      big[bigl++] = (char)0x90;
+    } else {
+      big[bigl++] = 'h'; /* the set: memo 0 */
+      big[bigl++] = 0;
+    }
+  }
+  bigl += (size_t)sprintf(big + bigl, "uub.");
+  ez_graph gb;
+  ezi_dag_owners ob;
+  assert_true(bigl < 60 * 300);
+  assert_int_equal(ezi_dag_unpickle_owned((uint8_t *)big, bigl, &gb, &ob), EZ_EPROTO);
+  free(big);
   for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
     ez_graph g;
     ezi_dag_owners o;
