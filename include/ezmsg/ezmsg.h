@@ -337,7 +337,8 @@ typedef struct ez_msg {
   unsigned flags;
   size_t nbufs; /* with EZ_MSG_RAW_PICKLE: the marshalled buffers */
   const ez_iov *bufs;
-  void *ref_; /* internal */
+  void *ref_;        /* internal */
+  uint64_t trace_t_; /* internal: when ez_recv gave it out, while a tool traces the subscriber */
 } ez_msg;
 
 /* Waits up to timeout_ms for the next message and fills *msg with a zero-copy view. The message
