@@ -2,9 +2,11 @@
  * segment, backpressure, segment growth. The I/O-thread half lives in pubserve.c. */
 #include "publisher.h"
 #include "graphclient.h"
+#include "shmguard.h"
 
 #include <sched.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -493,6 +495,8 @@ static bool outbox_waits(ez_pub *p) {
   return w;
 }
 
+static void rings_tripped(ez_pub *p);
+
 /* Waits (p->mu held) until the next slot is free and the publisher runs. The deadline is read
  * from the clock only when there is something to wait for (*deadline 0: not yet). */
 static int wait_slot(ez_pub *p, uint64_t bytes, int timeout_ms, uint64_t *deadline) {
@@ -514,6 +518,7 @@ static int wait_slot(ez_pub *p, uint64_t bytes, int timeout_ms, uint64_t *deadli
     /* (Waiting for a window only, the slot is free: no local release need wake us for it.) */
     p->want = p->running && !ring_switch_waits(p) ? (int64_t)idx : -1;
     set_wants(p);
+    rings_tripped(p); /* before sleeping for a slot that a truncated ring holds forever */
     int rc = 0;
     if (!p->running || slot_busy(p, idx) || ring_switch_waits(p) || win ||
         outbox_waits(p)) { /* releasers (or the I/O thread) know */
@@ -528,10 +533,9 @@ static int wait_slot(ez_pub *p, uint64_t bytes, int timeout_ms, uint64_t *deadli
   return p->closing ? EZ_ECLOSED : 0;
 }
 
-/* Replaces the segment by one whose slots hold `need` bytes, copying the held slots over (Python
+/* Replaces the segment by one of buf_size `size` (shm.h), copying the held slots over (Python
  * channels re-read their cached messages from the new segment). p->mu held; dropped meanwhile. */
-static int grow(ez_pub *p, uint64_t need) {
-  uint64_t size = need * 2;
+static int replace_seg(ez_pub *p, uint64_t size) {
   ezi_seg *ns = NULL;
   bool real = false;
   pthread_mutex_unlock(&p->mu);
@@ -569,6 +573,35 @@ static int grow(ez_pub *p, uint64_t need) {
   p->shm_real = real;
   ezi_seg_unref(old); /* nothing was sent in it (messages still viewed hold their own refs) */
   return 0;
+}
+
+/* Replaces the segment by one whose slots hold `need` bytes (twice that). p->mu held. */
+static int grow(ez_pub *p, uint64_t need) { return replace_seg(p, need * 2); }
+
+/* Another process truncated our segment, so a copy into it faulted and the mapping became private
+ * memory (shmguard.h): channels can no longer read what we write there. A new segment of the
+ * same layout takes its place, announced as after a grow; the old one is kept, as after a grow,
+ * until what was sent in it is released. p->mu held. */
+static __attribute__((noinline)) int seg_tripped(ez_pub *p) {
+  const ezi_seg *s = p->seg;
+  EZI_WARN_RL("publisher %s: its shared memory %s was truncated by another process; moving to a "
+              "new segment",
+              p->topic, s->shm.name);
+  return replace_seg(p, s->shm.stride - 16 * (uint64_t)p->nbuf);
+}
+
+/* A channel's ring was truncated under us: its entries are private memory now and the channel
+ * cannot release them; its connection is shut down (the I/O thread then closes it, which frees
+ * what it held, and the channel joins again). p->mu held: pc's descriptor is still open. */
+static __attribute__((noinline)) void rings_tripped(ez_pub *p) {
+  for (size_t i = 0; i < p->n_chans; i++) {
+    pub_chan *pc = p->chans[i];
+    if (!pc->ring_on || !ezi_guard_tripped(&pc->ring.tripped) || pc->ring_cut) continue;
+    pc->ring_cut = true;
+    EZI_WARN_RL("publisher %s: the shared ring of channel %s (pid %llu) was truncated; closing it",
+                p->topic, pc->id, (unsigned long long)pc->pid);
+    shutdown(pc->w.fd, SHUT_RDWR);
+  }
 }
 
 /* Drops retired segments no message in flight can still refer to (p->mu held). */
@@ -747,6 +780,9 @@ static int take_slot(ez_pub *p, size_t len, int timeout_ms) {
   pthread_mutex_lock(&p->mu);
   uint64_t bytes = (uint64_t)len + EZI_MARSHAL_BYTES_HDR;
   int rc = wait_slot(p, bytes, timeout_ms, &deadline);
+  if (!rc && EZI_UNLIKELY(__atomic_load_n(&p->seg->shm.tripped, __ATOMIC_RELAXED)) &&
+      !(rc = seg_tripped(p)))
+    rc = wait_slot(p, bytes, timeout_ms, &deadline); /* the lock was dropped */
   /* Python's reader wants the message strictly smaller than the data block. */
   if (!rc && bytes >= ezi_seg_room(p->seg)) {
     rc = grow(p, bytes + 1);

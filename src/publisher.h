@@ -25,6 +25,7 @@ struct pub_chan {
   /* The shared-memory ring with an ezmsg-c channel that asked for one (shmring.h; pub->mu). */
   bool ring_wanted;  /* X_HELLO came: switch once it holds nothing */
   bool ring_on;      /* notices go through `ring`; its entries' refs say what it holds */
+  bool ring_cut;     /* the ring was truncated: its connection was shut down (publisher.c) */
   uint32_t ring_gen; /* the segment generation it was last told about */
   ezi_ring ring;
   char ring_name[EZI_SHM_NAME_MAX + 1];

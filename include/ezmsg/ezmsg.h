@@ -45,6 +45,32 @@ extern "C" {
  * ez_context_open. */
 #define EZ_TCP_WINDOW_ENV "EZMSG_TCP_WINDOW"
 #define EZ_TCP_WINDOW_DEFAULT 8192
+/* Limits against hostile or broken peers (docs/architecture.md, "Hostile peers"). Each is read
+ * once per process from the environment; a bad value is logged and the default used.
+ * - EZMSG_SHM_GROUP=<gid or group name>: share shared memory with that group (created with that
+ *   group and mode 0660; mapped if it belongs to us or to that group). Default: only segments and
+ *   rings of our own effective uid without group or other permissions are mapped.
+ * - EZMSG_RX_LINK_MB (default 1024) and EZMSG_RX_PROCESS_MB (default 2048): the memory one link,
+ *   and all links of a process, may hold for TCP messages from publishers (being received, or
+ *   received and not yet released, and spare buffers). Memory is taken as bytes arrive, never as
+ *   a frame's header announces; a link that would go beyond either is dropped (and joined again
+ *   later).
+ * - EZMSG_FRAME_TIMEOUT_MS (default 30000): how long a publisher's frame may stay incomplete on a
+ *   link before the link is dropped.
+ * - EZMSG_SHM_SEGMENT_MB (default 4096) and EZMSG_SHM_TOTAL_MB (default half the size of
+ *   /dev/shm): the graph server's largest segment, and what the segments it creates for the
+ *   clients of one host may take in all. SHM_CREATE beyond them is refused (the connection
+ *   closed, which ez_shm_create reports as EZ_EINVAL; a publisher then sends over TCP). */
+#define EZ_SHM_GROUP_ENV "EZMSG_SHM_GROUP"
+#define EZ_RX_LINK_ENV "EZMSG_RX_LINK_MB"
+#define EZ_RX_LINK_DEFAULT_MB 1024
+#define EZ_RX_PROCESS_ENV "EZMSG_RX_PROCESS_MB"
+#define EZ_RX_PROCESS_DEFAULT_MB 2048
+#define EZ_FRAME_TIMEOUT_ENV "EZMSG_FRAME_TIMEOUT_MS"
+#define EZ_FRAME_TIMEOUT_DEFAULT_MS 30000
+#define EZ_SHM_SEGMENT_MAX_ENV "EZMSG_SHM_SEGMENT_MB"
+#define EZ_SHM_SEGMENT_MAX_DEFAULT_MB 4096
+#define EZ_SHM_TOTAL_MAX_ENV "EZMSG_SHM_TOTAL_MB"
 #define EZ_MAX_CONTROL_STR (1u << 20) /* longest string accepted on a control link */
 #define EZ_DEFAULT_TIMEOUT_MS 5000    /* default for one-shot graph requests */
 
