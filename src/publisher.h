@@ -3,10 +3,15 @@
 #ifndef EZI_PUBLISHER_H
 #define EZI_PUBLISHER_H
 
+#include "acceptor.h"
 #include "context.h"
 #include "shmring.h"
 
 enum { PC_HANDSHAKE, PC_AWAIT_SHM, PC_READY };
+
+/* A channel connection must finish its handshake this soon after it was accepted, or it is
+ * closed: silent connections must not hold descriptors forever (pubserve.c). */
+#define EZI_PUB_HS_MS EZ_DEFAULT_TIMEOUT_MS
 
 /* Acks a window keeps before it frees entries on the I/O thread (pubwin.c). */
 #define EZI_WIN_MARKS 8
@@ -17,6 +22,7 @@ struct pub_chan {
   ezi_buf in;
   ezi_outbox out;
   int state;
+  uint64_t hs_timer; /* the handshake's deadline (EZI_PUB_HS_MS from the accept), 0: none */
   char id[37];
   uint64_t pid;
   bool shm_ok;
@@ -64,6 +70,8 @@ struct ez_pub {
 
   /* channel server (I/O thread) */
   ezi_watch lw;
+  ezi_acceptor acc; /* accepts on lw without spinning when out of descriptors */
+  char acc_who[96];
   uint16_t port;
 
   pthread_mutex_t mu; /* everything below */
