@@ -4,6 +4,7 @@
  * it. The I/O thread runs its links; user threads view and release messages. */
 #include "channel.h"
 #include "graphclient.h"
+#include "rxbudget.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +54,8 @@ bool ezi_chan_sub_idle(chan_sub *cs) {
 
 /* ---- slots --------------------------------------------------------------------------------- */
 
-uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap) {
+uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap, int *err) {
+  *err = EZ_ENOMEM;
   if (n > EZI_CHAN_SPARE_MAX) {
     pthread_mutex_lock(&c->mu);
     uint8_t *p = c->big_spare;
@@ -64,23 +66,38 @@ uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap) {
       *cap = have;
       return p;
     }
-    free(p); /* too small for this one */
-    *cap = n;
-    return malloc(n);
-  }
-  uint32_t h = c->spare_head, t = __atomic_load_n(&c->spare_tail, __ATOMIC_ACQUIRE);
-  if (h != t) {
-    uint8_t *p = c->spare[h % EZI_CHAN_SPARES].p;
-    size_t have = c->spare[h % EZI_CHAN_SPARES].cap;
-    __atomic_store_n(&c->spare_head, h + 1, __ATOMIC_RELEASE);
-    if (have >= n) {
-      *cap = have;
-      return p;
+    ezi_chan_buf_free(c, p, have); /* too small for this one */
+  } else {
+    uint32_t h = c->spare_head, t = __atomic_load_n(&c->spare_tail, __ATOMIC_ACQUIRE);
+    if (h != t) {
+      uint8_t *p = c->spare[h % EZI_CHAN_SPARES].p;
+      size_t have = c->spare[h % EZI_CHAN_SPARES].cap;
+      __atomic_store_n(&c->spare_head, h + 1, __ATOMIC_RELEASE);
+      if (have >= n) {
+        *cap = have;
+        return p;
+      }
+      ezi_chan_buf_free(c, p, have); /* too small for this one */
     }
-    free(p); /* too small for this one */
+    if (n < 256) n = 256;
   }
-  *cap = n < 256 ? 256 : n;
-  return malloc(*cap);
+  if (ezi_rx_take(&c->rx_bytes, n)) {
+    *err = EZ_EMSGSIZE;
+    return NULL;
+  }
+  uint8_t *p = malloc(n);
+  if (!p) {
+    ezi_rx_give(&c->rx_bytes, n);
+    return NULL;
+  }
+  *cap = n;
+  return p;
+}
+
+void ezi_chan_buf_free(chan *c, uint8_t *p, size_t cap) {
+  if (!p) return;
+  free(p);
+  ezi_rx_give(&c->rx_bytes, cap);
 }
 
 /* Gives a TX_TCP buffer back for ezi_chan_buf_take (c->mu held, or c no longer shared): kept
@@ -88,14 +105,14 @@ uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap) {
 static void buf_give(chan *c, uint8_t *p, size_t cap) {
   if (!p) return;
   if (cap > EZI_CHAN_SPARE_MAX) { /* the last one is kept */
-    free(c->big_spare);
+    ezi_chan_buf_free(c, c->big_spare, c->big_spare_cap);
     c->big_spare = p;
     c->big_spare_cap = cap;
     return;
   }
   uint32_t t = c->spare_tail, h = __atomic_load_n(&c->spare_head, __ATOMIC_ACQUIRE);
   if (t - h >= EZI_CHAN_SPARES) {
-    free(p);
+    ezi_chan_buf_free(c, p, cap);
     return;
   }
   c->spare[t % EZI_CHAN_SPARES].p = p;
@@ -129,16 +146,16 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
                      size_t owned_cap, ezi_seg *seg, uint64_t now) {
   slot *s = &c->slots[msg_id % c->nslot];
   if (s->live) { /* the publisher broke backpressure: refuse, keep what subscribers hold */
-    EZI_WARN("channel %s: publisher reused the slot of message %llu before it was released", c->id,
-             (unsigned long long)s->msg_id);
-    free(owned);
+    EZI_WARN_RL("channel %s: publisher reused the slot of message %llu before it was released",
+                c->id, (unsigned long long)s->msg_id);
+    buf_give(c, owned, owned_cap);
     return -1;
   }
   size_t holders = 0;
   for (size_t i = 0; i < c->n_subs; i++)
     holders += !c->subs[i]->gone;
   if (!holders) {
-    free(owned);
+    buf_give(c, owned, owned_cap);
     return 0;
   }
   s->msg_id = msg_id;
@@ -418,8 +435,8 @@ static void chan_destroy(chan *c) {
   for (uint32_t i = 0; c->slots && i < c->nslot; i++)
     slot_clear(c, &c->slots[i]);
   for (uint32_t h = c->spare_head; h != c->spare_tail; h++)
-    free(c->spare[h % EZI_CHAN_SPARES].p);
-  free(c->big_spare);
+    ezi_chan_buf_free(c, c->spare[h % EZI_CHAN_SPARES].p, c->spare[h % EZI_CHAN_SPARES].cap);
+  ezi_chan_buf_free(c, c->big_spare, c->big_spare_cap);
   ezi_lchan_ring_free(c);
   ezi_tcpring_free(c);
   ezi_seg_unref(c->seg);

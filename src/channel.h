@@ -151,6 +151,15 @@ struct chan {
     uint64_t msg_id;
   } big;
   ezi_outbox acks;
+  /* Memory held for this link's TCP bytes (rxbudget.h; atomic: releases give back on the
+   * receivers' threads), of which `pin_acct` is the capacity of `pin` when it is not a chunk. */
+  uint64_t rx_bytes;
+  size_t pin_acct;
+  bool rx_refused; /* a chunk was refused for the budget (tcpring.c: EZ_EMSGSIZE, not ENOMEM) */
+  /* A frame that stays incomplete too long drops the link (EZMSG_FRAME_TIMEOUT_MS): when the
+   * current incomplete one was first seen (0: none), frames read so far, and the check's timer.
+   * I/O thread. */
+  uint64_t frame_since, frames, frame_timer;
   ezi_stamper stamps; /* which deliveries are timed (telclock.h) */
   /* TX_TCP buffers the releases freed, handed back to the I/O thread for the next frames, so
    * that a message costs no malloc and no free across threads: a ring filled under c->mu
@@ -195,9 +204,13 @@ void ezi_chan_link_close(chan *c);
  * every subscriber left meanwhile) it may be gone: touch nothing. I/O thread. */
 int ezi_chan_link_done(chan *c, int rc);
 /* A buffer of at least n bytes for a TX_TCP frame's bytes: a spare one a release gave back, or a
- * new one (at least 256 bytes, so that small sizes share them); *cap gets its size. NULL when
- * out of memory. I/O thread only, c->mu not held (it takes it for a large buffer). */
-uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap);
+ * new one (at least 256 bytes, so that small sizes share them); *cap gets its size, counted in
+ * the link's memory (rxbudget.h) until it is freed. NULL when out of memory (*err EZ_ENOMEM) or
+ * beyond the link's or the process's limit (*err EZ_EMSGSIZE). I/O thread only, c->mu not held
+ * (it takes it for a large buffer). */
+uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap, int *err);
+/* Frees a buffer from ezi_chan_buf_take that was not delivered (no lock needed). */
+void ezi_chan_buf_free(chan *c, uint8_t *p, size_t cap);
 /* Stores a validated message (taking `owned`, a buffer of owned_cap bytes from
  * ezi_chan_buf_take, or NULL) and notifies the subscribers (c->mu held). Returns 1 if someone
  * took it, 0 if nobody listens (the caller acks it), -1 if its slot is still held (the publisher

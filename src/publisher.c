@@ -193,9 +193,14 @@ int ez_pub_create(ez_context *ctx, const char *topic, const ez_pub_opts *opts, e
   int rc = ezi_seg_create(ctx->server_addr, p->nbuf, o.buf_size, &p->seg, ezi_ms_left(deadline));
   if (rc == 0) {
     p->shm_real = true;
-  } else if (rc == EZ_ENOENT || rc == EZ_ESYS || rc == EZ_EPROTO) {
-    EZI_INFO("publisher %s: cannot map the server's segment (%s); using TCP", topic,
-             ez_strerror(rc));
+  } else if (rc == EZ_ENOENT || rc == EZ_ESYS || rc == EZ_EPROTO || rc == EZ_EINVAL) {
+    /* EZ_EINVAL: the server refused to create it (its limits, EZMSG_SHM_SEGMENT_MB ...). */
+    if (rc == EZ_EINVAL)
+      EZI_WARN("publisher %s: the graph server refused a segment of %u x %llu bytes; using TCP",
+               topic, (unsigned)p->nbuf, (unsigned long long)o.buf_size);
+    else
+      EZI_INFO("publisher %s: cannot map the server's segment (%s); using TCP", topic,
+               ez_strerror(rc));
     rc = ezi_seg_private("", p->nbuf, o.buf_size, &p->seg);
   }
   if (rc) {
