@@ -15,6 +15,8 @@
 
 const char *ezi_chan_pub_id(const chan *c) { return c->pub_id; }
 
+const char *ezi_chan_id(const chan *c) { return c->id; }
+
 bool ezi_chan_failed(const chan *c) { return c->state == CH_FAILED; }
 
 /* ezi_sub_take_if's test (c->mu held, then the subscriber's): not a message this channel owns. */

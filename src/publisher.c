@@ -860,6 +860,37 @@ int ez_pub_flush(ez_pub *p, int timeout_ms) {
 
 /* ---- profile ------------------------------------------------------------------------------- */
 
+static json_t *lease_json(const char *id, uint64_t pid, const char *mode, uint64_t n) {
+  json_t *o = json_object();
+  json_object_set_new(o, "channel_id", json_string(id));
+  json_object_set_new(o, "pid", json_integer((json_int_t)pid));
+  json_object_set_new(o, "mode", json_string(mode));
+  json_object_set_new(o, "in_flight", json_integer((json_int_t)n));
+  return o;
+}
+
+/* What each ready channel holds now, and whose it is (p->mu held, after harvest_all): a channel
+ * that never acknowledges holds the publisher (lossless backpressure, as the protocol has it), and
+ * this is how the profile names it even when it sends no profile of its own. */
+static json_t *leases_json(ez_pub *p) {
+  json_t *a = json_array();
+  if (!a) return NULL;
+  if (p->local) {
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < p->nbuf; i++)
+      n += p->local_t0[i] != 0;
+    json_array_append_new(a, lease_json(ezi_chan_id(p->local), (uint64_t)p->ctx->pid, "local", n));
+  }
+  for (size_t i = 0; i < p->n_chans; i++) {
+    const pub_chan *pc = p->chans[i];
+    if (pc->state != PC_READY) continue;
+    bool shm = pc->ring_on || (p->shm_real && pc->shm_ok && !p->opts.force_tcp && !pc->win_on);
+    uint64_t n = pc->held + (pc->win_on ? pc->win_next - pc->win_first : 0);
+    json_array_append_new(a, lease_json(pc->id, pc->pid, shm ? "shm" : "tcp", n));
+  }
+  return a;
+}
+
 json_t *ezi_pub_profile(ez_pub *p, double window_s) {
   uint64_t now = ezi_now_ns();
   pthread_mutex_lock(&p->mu);
@@ -871,8 +902,12 @@ json_t *ezi_pub_profile(ez_pub *p, double window_s) {
   json_t *j = ezi_pub_tel_json(p->tel_msgs, p->tel_bp, p->total_msgs, p->total_bytes, p->in_flight,
                                now, window_s);
   size_t nch = count_channels(p);
+  json_t *leases = leases_json(p);
   pthread_mutex_unlock(&p->mu);
-  if (!j) return NULL;
+  if (!j) {
+    json_decref(leases);
+    return NULL;
+  }
   json_object_set_new(j, "type", json_string("publisher"));
   json_object_set_new(j, "id", json_string(p->id));
   json_object_set_new(j, "topic", json_string(p->topic));
@@ -880,5 +915,7 @@ json_t *ezi_pub_profile(ez_pub *p, double window_s) {
   json_object_set_new(j, "num_buffers", json_integer(p->nbuf));
   json_object_set_new(j, "host", json_string(p->ctx->host));
   json_object_set_new(j, "num_channels", json_integer((json_int_t)nch));
+  /* Beyond the reference: which channel holds the leases of backpressure.in_flight */
+  if (leases) json_object_set_new(j, "leases", leases);
   return j;
 }

@@ -384,6 +384,14 @@ typedef struct ez_latency {
   uint64_t in_flight;
 } ez_latency;
 
+/* What one channel of a publisher holds, as the publisher sees it (ours only: "leases"). */
+typedef struct ez_profile_lease {
+  char *channel_id;   /* as the channel named itself in its handshake */
+  int64_t pid;        /* the process it said it is in */
+  char *mode;         /* "local", "shm" or "tcp" */
+  uint64_t in_flight; /* messages sent to it and not acknowledged yet */
+} ez_profile_lease;
+
 typedef struct ez_profile_pub {
   char *id, *topic, *host;
   int64_t pid;
@@ -391,6 +399,8 @@ typedef struct ez_profile_pub {
   double window_s, message_rate_hz, byte_rate_per_s;
   uint64_t messages_total, messages_window, bytes_total, bytes_window;
   ez_latency backpressure;
+  size_t n_leases; /* its channels (ours only): who holds backpressure.in_flight */
+  ez_profile_lease *leases;
 } ez_profile_pub;
 
 typedef struct ez_profile_subscriber {
