@@ -391,7 +391,7 @@ static void make_file(const char *name, bool ring, mode_t mode, uid_t uid, gid_t
 /* ezi_shm_attach of name in a child with $EZMSG_SHM_GROUP (read once per process) set to group. */
 static int attach_in_child(const char *name, const char *group) {
   char env[64];
-  snprintf(env, sizeof env, "%s=%s", EZ_SHM_GROUP_ENV, group);
+  snprintf(env, sizeof env, "EZMSG_SHM_GROUP=%s", group);
   hk_proc p;
   hk_spawn_opts o = {.self = true, .env = {env}};
   hk_start(&p, &o, "--attach", name, NULL);
