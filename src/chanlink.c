@@ -177,12 +177,12 @@ static long data_frame(chan *c, uint64_t now) {
     return rc ? rc : (long)f.used;
   }
   if (c->ring_on) { /* a TX_SHM wakes us up, or names the segment of a message in the ring */
-    if (cmd != EZI_TX_SHM || c->ring_bad) return EZ_EPROTO;
+    if (cmd != EZI_TX_SHM || ezi_ring_chan_bad(c)) return EZ_EPROTO;
     int rc = need_segment(c, name, nn);
     if (rc || c->attaching) return rc;
     ezi_lchan_ring_seg(c, msg_id);
     ezi_lchan_pull(c, NULL, true);
-    return c->ring_bad ? EZ_EPROTO : (long)f.used;
+    return ezi_ring_chan_bad(c) ? EZ_EPROTO : (long)f.used;
   }
   if (c->tcp_ring) { /* an ezmsg-c publisher's window: the I/O thread puts into the ring */
     int rc = ezi_tcpring_frame(c, &f, now);

@@ -125,7 +125,8 @@ struct chan {
   /* ring mode: a remote ezmsg-c publisher's notices come through a shared ring (shmring.h), and
    * the channel works as a local one whose "publisher" is whoever pulls from the ring */
   bool ring_on;  /* set once, before any member can see it */
-  bool ring_bad; /* the ring broke the rules: nothing more is pulled, the link is dropped */
+  bool ring_bad; /* atomic: the ring broke the rules: nothing more is pulled, the link is dropped
+                  * (set by a puller under pull_mu; read by the I/O thread and pullers) */
   ezi_ring ring;
   pthread_mutex_t pull_mu; /* ring mode: members (lsubs) and pulling */
   struct {
@@ -294,6 +295,10 @@ bool ezi_ring_chan_drop(chan *c, uint32_t idx, uint64_t now);
 void ezi_ring_chan_ack(chan *c, uint64_t msg_id);
 void ezi_ring_chan_free(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now);
 void ezi_lchan_resignal(ez_context *ctx);
+/* Whether ring channel c broke the rules (its link is to be dropped). Any thread. */
+static inline bool ezi_ring_chan_bad(const chan *c) {
+  return __atomic_load_n(&c->ring_bad, __ATOMIC_RELAXED);
+}
 /* Ring mode (I/O thread): ezi_lchan_ring_start maps the ring `name` announced by X_RING, from
  * message start_id on, and makes every subscriber a member (EZ_EPROTO, EZ_ENOMEM...).
  * ezi_lchan_ring_seg: the publisher's segment for message msg_id is now c->seg. ezi_lchan_pull:

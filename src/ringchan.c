@@ -73,10 +73,10 @@ static void gseg_add(chan *c, uint32_t gen, ezi_seg *seg) {
 }
 
 static void ring_broken(chan *c, const char *why) {
-  if (!c->ring_bad)
+  if (!ezi_ring_chan_bad(c))
     EZI_WARN_RL("channel %s: the shared ring of publisher %s %s; dropping the link", c->id,
                 c->pub_id, why);
-  c->ring_bad = true;
+  __atomic_store_n(&c->ring_bad, true, __ATOMIC_RELAXED);
 }
 
 /* One pass (pull_mu held): true if it brought anything; *stuck if a message waits for its
@@ -89,7 +89,7 @@ static bool pull_locked(chan *c, ez_sub *self, bool *stuck) {
     ring_broken(c, "was truncated under this process");
   else if (p < id || p - id > c->nbuf)
     ring_broken(c, "announced messages out of its range");
-  for (; id < p && !c->ring_bad; id++) {
+  for (; id < p && !ezi_ring_chan_bad(c); id++) {
     uint32_t idx = (uint32_t)(id % c->nbuf);
     const ezi_ring_entry *e = &c->ring.e[idx];
     /* The publisher's memory: each word read once (a plain load), then only that is used. */
@@ -135,7 +135,7 @@ bool ezi_lchan_pull(chan *c, ez_sub *self, bool block) {
     /* A receiver that found the lock taken went to sleep counting on the holder: look again
      * for what was put meanwhile (the publisher did not wake anyone for it). */
     __atomic_thread_fence(SEQ);
-    if (stuck || c->ring_bad ||
+    if (stuck || ezi_ring_chan_bad(c) ||
         __atomic_load_n(&c->ring.h->published, SEQ) == __atomic_load_n(&c->published, SEQ))
       return any;
   }
