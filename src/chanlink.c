@@ -274,7 +274,7 @@ static long handshake(chan *c) {
 static void hs_timeout(void *arg) {
   chan *c = arg;
   c->hs_timer = 0;
-  EZI_WARN("channel %s: publisher %s did not finish the handshake", c->id, c->pub_id);
+  EZI_WARN_RL("channel %s: publisher %s did not finish the handshake", c->id, c->pub_id);
   fail(c, EZ_ETIMEDOUT);
 }
 
@@ -384,8 +384,8 @@ static void attached(void *arg, int rc, ezi_seg *seg) {
                 c->attach_name, ez_strerror(rc), c->pub_id);
     answer_name(c);
   } else if (rc) { /* a message in a segment we cannot map: the link is no use */
-    EZI_WARN("channel %s: segment %s of publisher %s not attached (%s); dropping the link", c->id,
-             c->attach_name, c->pub_id, ez_strerror(rc));
+    EZI_WARN_RL("channel %s: segment %s of publisher %s not attached (%s); dropping the link",
+                c->id, c->attach_name, c->pub_id, ez_strerror(rc));
     ezi_chan_wake_subs(c); /* for what arrived before it */
     return fail(c, rc);
   } else {

@@ -465,7 +465,7 @@ static void conn_close(conn *c) {
 static void protocol_error(conn *c, const char *what) {
   char peer[64];
   ezi_sock_peer_host(c->w.fd, peer);
-  EZI_WARN("graph server: protocol error from %s (%s); closing that connection", peer, what);
+  EZI_WARN_RL("graph server: protocol error from %s (%s); closing that connection", peer, what);
   conn_close(c);
 }
 
@@ -525,7 +525,7 @@ static void on_profile_data(server *s, conn *c, const char *json, size_t n) {
       o->results[w.slot] = doc;
     } else {
       json_decref(doc);
-      EZI_WARN("graph server: client %s sent an unusable profile", c->id);
+      EZI_WARN_RL("graph server: client %s sent an unusable profile", c->id);
     }
     op_answer(o);
   }
