@@ -6,9 +6,9 @@
 
 #include <sched.h>
 #include <stdio.h>
-#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 void ez_pub_opts_init(ez_pub_opts *o) {

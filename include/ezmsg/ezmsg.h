@@ -15,6 +15,12 @@
  * - Strings returned through `char **` out-parameters are owned by the caller (free()).
  *   Strings returned as `const char *` from an object are owned by that object and live as long
  *   as it does.
+ * - Process-wide effects: the first mapping of shared memory installs a SIGBUS handler (a peer
+ *   that truncates a segment under us must not kill the process: the mapping is repaired with
+ *   zeroed memory and the link dropped; a SIGBUS anywhere else goes to the handler installed
+ *   before, or kills the process as it would have). An application that installs its own SIGBUS
+ *   handler afterwards must chain to the previous one. ez_context_open and ez_server_start raise
+ *   the soft limit on open files to the hard limit (at most 2^20).
  */
 #ifndef EZMSG_EZMSG_H
 #define EZMSG_EZMSG_H
