@@ -31,26 +31,38 @@ static void resume(void *arg) {
   ezi_loop_mod(a->w, EPOLLIN);
 }
 
-/* Out of descriptors: closes the newest pending connection with the reserve descriptor's help
- * (true), or pauses the listener if the reserve is not at hand (false). */
+/* Stops watching the listener for EZI_ACCEPT_PAUSE_MS (never spin on it). */
+static void pause_listener(ezi_acceptor *a) {
+  if (a->timer) return;
+  uint64_t at = ezi_now_ns() + (uint64_t)EZI_ACCEPT_PAUSE_MS * 1000000u;
+  if ((a->timer = ezi_loop_timer(a->loop, at, resume, a))) ezi_loop_mod(a->w, 0);
+}
+
+/* Out of descriptors (err): accepts the next pending connection with the reserve descriptor's
+ * help and closes it at once (true: try again), or finds none pending (false), or, if that is
+ * not possible either, pauses the listener (false). */
 static bool shed(ezi_acceptor *a, int err) {
-  a->dropped++;
-  EZI_WARN_RL("%s: out of file descriptors (%s): closing a new connection at once (%llu so far)",
-              a->who, strerror(err), (unsigned long long)a->dropped);
+  int fd = -1, e = err;
   pthread_mutex_lock(&g_mu);
-  int fd = -1;
-  if (g_reserve >= 0) {
+  bool reserve = g_reserve >= 0 && (err == EMFILE || err == ENFILE);
+  if (reserve) {
     close(g_reserve);
     fd = accept4(a->w->fd, NULL, NULL, SOCK_CLOEXEC); /* non-blocking: the listener is */
+    e = errno;
     if (fd >= 0) close(fd);
     g_reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
   }
   pthread_mutex_unlock(&g_mu);
-  if (fd >= 0) return true;
-  if (!a->timer) { /* never spin: look again in a while */
-    uint64_t at = ezi_now_ns() + (uint64_t)EZI_ACCEPT_PAUSE_MS * 1000000u;
-    if ((a->timer = ezi_loop_timer(a->loop, at, resume, a))) ezi_loop_mod(a->w, 0);
+  if (fd >= 0) {
+    a->dropped++;
+    EZI_WARN_RL("%s: out of file descriptors (%s): closed a new connection at once (%llu so far)",
+                a->who, strerror(err), (unsigned long long)a->dropped);
+    return true;
   }
+  if (reserve && (e == EAGAIN || e == EWOULDBLOCK)) return false; /* nobody waits */
+  EZI_WARN_RL("%s: cannot accept (%s): not accepting for %d ms", a->who, strerror(err),
+              EZI_ACCEPT_PAUSE_MS);
+  pause_listener(a);
   return false;
 }
 
@@ -66,10 +78,7 @@ int ezi_accept(ezi_acceptor *a) {
       return -1;
     }
     EZI_WARN_RL("%s: accept: %s", a->who, strerror(e));
-    if (!a->timer) {
-      uint64_t at = ezi_now_ns() + (uint64_t)EZI_ACCEPT_PAUSE_MS * 1000000u;
-      if ((a->timer = ezi_loop_timer(a->loop, at, resume, a))) ezi_loop_mod(a->w, 0);
-    }
+    pause_listener(a);
     return -1;
   }
 }

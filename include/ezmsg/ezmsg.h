@@ -56,7 +56,8 @@ extern "C" {
  * - EZMSG_SHM_GROUP=<gid or group name>: share shared memory with that group (created with that
  *   group and mode 0660; mapped if it belongs to us or to that group). Default: only segments and
  *   rings of our own effective uid without group or other permissions are mapped.
- * - EZMSG_RX_LINK_MB (default 1024) and EZMSG_RX_PROCESS_MB (default 2048): the memory one link,
+ * - EZMSG_RX_LINK_MB (default 1152: the largest TCP message, 1 GiB, and some) and
+ *   EZMSG_RX_PROCESS_MB (default 2048): the memory one link,
  *   and all links of a process, may hold for TCP messages from publishers (being received, or
  *   received and not yet released, and spare buffers). Memory is taken as bytes arrive, never as
  *   a frame's header announces; a link that would go beyond either is dropped (and joined again
@@ -69,7 +70,7 @@ extern "C" {
  *   closed, which ez_shm_create reports as EZ_EINVAL; a publisher then sends over TCP). */
 #define EZ_SHM_GROUP_ENV "EZMSG_SHM_GROUP"
 #define EZ_RX_LINK_ENV "EZMSG_RX_LINK_MB"
-#define EZ_RX_LINK_DEFAULT_MB 1024
+#define EZ_RX_LINK_DEFAULT_MB 1152
 #define EZ_RX_PROCESS_ENV "EZMSG_RX_PROCESS_MB"
 #define EZ_RX_PROCESS_DEFAULT_MB 2048
 #define EZ_FRAME_TIMEOUT_ENV "EZMSG_FRAME_TIMEOUT_MS"
