@@ -2,9 +2,9 @@
  *
  * accept() that fails with EMFILE or ENFILE leaves the connection in the listen queue, so the
  * listener stays readable and an event loop calls accept again at once: a process out of
- * descriptors spun a whole core and served no one. Here the newest connection is accepted with
- * a descriptor kept in reserve for that and closed at once (its peer sees the close and may try
- * again later), the event is logged at most a few times per period (internal.h's rate limits),
+ * descriptors spun a whole core and served no one. Here the connection waiting first is accepted
+ * with a descriptor kept in reserve for that and closed at once (its peer sees the close and may
+ * try again later), the event is logged at most a few times per period (internal.h's rate limits),
  * and if even that is not possible, the listener is left unwatched for EZI_ACCEPT_PAUSE_MS. */
 #ifndef EZI_ACCEPTOR_H
 #define EZI_ACCEPTOR_H
