@@ -1,8 +1,9 @@
 /* fuzz_marshal: ezi_unmarshal on arbitrary bytes.
  * Checks, for every input: the verdict equals an independent re-implementation of the framing
  * rules; a decoded message lies within the input (size, buffers, payload); the verdict does not
- * depend on bytes after the message; ezi_unmarshal_buf stays in bounds; ezi_marshal_msg_id agrees;
- * and the input used as the payload of a C bytes message round-trips exactly. */
+ * depend on bytes after the message; ezi_unmarshal_buf and ezi_unmarshal_bufs stay in bounds and
+ * agree, and ezi_unmarshal_bufs refuses a length changed after the check; ezi_marshal_msg_id
+ * agrees; and the input used as the payload of a C bytes message round-trips exactly. */
 #include "fuzz_common.h"
 #include "marshal.h"
 
@@ -78,6 +79,36 @@ static void check_message(const uint8_t *data, size_t size) {
     expect = b + n;
   }
   if (u.nbuf <= 64) CHECK(expect == data + u.size);
+
+  /* All of them in one pass (what a channel delivers): the same buffers, ending at the end. */
+  if (u.nbuf <= 65536) {
+    ez_iov *iov = malloc((size_t)u.nbuf * sizeof *iov);
+    if (iov) {
+      CHECK(ezi_unmarshal_bufs(&u, iov) == 0);
+      expect = u.bufs;
+      for (uint64_t i = 0; i < u.nbuf; i++) {
+        CHECK(iov[i].data == expect && within(data, u.size, iov[i].data, iov[i].len));
+        expect = (const uint8_t *)iov[i].data + iov[i].len;
+      }
+      CHECK(expect == data + u.size);
+      /* A length grown after the check (another process's write) is refused, not followed. */
+      if (u.nbuf >= 2) {
+        uint8_t *copy = malloc(size);
+        if (copy) {
+          memcpy(copy, data, size);
+          ezi_unmarshalled w = u;
+          w.lens = copy + 18;
+          w.bufs = copy + 18 + 8 * u.nbuf;
+          uint64_t grown = le64(w.lens + 8) + 1; /* the lengths no longer add up */
+          for (int k = 0; k < 8; k++)
+            copy[18 + 8 + k] = (uint8_t)(grown >> (8 * k));
+          CHECK(ezi_unmarshal_bufs(&w, iov) == EZ_EPROTO);
+          free(copy);
+        }
+      }
+      free(iov);
+    }
+  }
 
   /* The same message without what follows it decodes the same. */
   if (u.size < size) {

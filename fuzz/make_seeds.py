@@ -98,6 +98,11 @@ def profile_docs():
         "truncated.json": b'{"publishers": [], "channels": [',
         "unicode.json": b'{"publishers": [{"id": "\\u00e9\\ud83d\\ude00", "topic": "\\u0000x"}], '
                         b'"channels": []}',
+        "leases.json": b'{"publishers": [{"id": "p", "num_buffers": 32, "backpressure": '
+                       b'{"in_flight": 33}, "leases": [{"channel_id": "c1", "pid": 424242, '
+                       b'"mode": "tcp", "in_flight": 32}, {"channel_id": "c2", "pid": 7, '
+                       b'"mode": "local", "in_flight": 1}, {}]}], "channels": []}',
+        "bad_leases.json": b'{"publishers": [{"leases": [1]}], "channels": []}',
     }
 
 

@@ -7,6 +7,8 @@
  * link stops reading from its publisher until that is done. */
 #include "channel.h"
 #include "dialect.h"
+#include "rxbudget.h"
+#include "shmguard.h"
 #include "txframe.h"
 
 #include <stdio.h>
@@ -21,6 +23,9 @@
 void ezi_chan_link_close(chan *c) {
   if (c->hs_timer) ezi_loop_cancel(c->ctx->loop, c->hs_timer);
   c->hs_timer = 0;
+  if (c->frame_timer) ezi_loop_cancel(c->ctx->loop, c->frame_timer);
+  c->frame_timer = 0;
+  c->frame_since = 0;
   ezi_attach_cancel(c->attaching);
   c->attaching = NULL;
   if (c->pw.fd < 0) return;
@@ -28,11 +33,14 @@ void ezi_chan_link_close(chan *c) {
   ezi_outbox_close(c->ctx, &c->acks);
   close(c->pw.fd);
   c->pw.fd = -1;
-  if (c->cur) /* a TCP ring's chunk: its messages may still be held */
+  if (c->cur) { /* a TCP ring's chunk: its messages may still be held */
     ezi_tcpring_link_closed(c);
-  else
+  } else {
     ezi_buf_free(&c->pin);
-  free(c->big.buf); /* a message cut short */
+    ezi_rx_give(&c->rx_bytes, c->pin_acct);
+    c->pin_acct = 0;
+  }
+  ezi_chan_buf_free(c, c->big.buf, c->big.cap); /* a message cut short */
   c->big.buf = NULL;
 }
 
@@ -76,7 +84,7 @@ static int deliver_tcp(chan *c, uint64_t msg_id, uint64_t size, uint8_t *owned, 
                        uint64_t now) {
   ezi_unmarshalled um;
   if (ezi_unmarshal(owned, (size_t)size, &um) || um.size != size || um.msg_id != msg_id) {
-    free(owned);
+    ezi_chan_buf_free(c, owned, cap);
     return EZ_EPROTO;
   }
   pthread_mutex_lock(&c->mu);
@@ -90,21 +98,26 @@ static int deliver_tcp(chan *c, uint64_t msg_id, uint64_t size, uint8_t *owned, 
 
 /* c->pin holds the start of a TX_TCP frame not complete yet: if its message is large, its body
  * goes to a buffer of its own from here on (c->big; read by big_fill), so that it is neither
- * gathered in `pin` nor copied out of it. The buffer is the message's size; the memory behind
- * it is touched only as the bytes arrive. 0, or EZ_ENOMEM. */
+ * gathered in `pin` nor copied out of it. The buffer grows with what arrives (twice that plus
+ * 1 MiB at first, then doubling, up to the message's size): a header alone never allocates the
+ * size it announces, and a peer that sends slowly, or stops, holds only what it sent (counted,
+ * rxbudget.h). A spare buffer of the message's size is taken whole. 0, EZ_ENOMEM or EZ_EMSGSIZE
+ * (beyond the link's or the process's limit). */
 static int big_start(chan *c) {
   const uint8_t *p = ezi_buf_head(&c->pin);
   size_t len = ezi_buf_pending(&c->pin), hl = 17; /* u8 TX_TCP, u64 msg_id, u64 size */
   if (len < hl || p[0] != EZI_TX_TCP || !ezi_tx_frame_len(p, len)) return 0;
   uint64_t size = ezi_get_u64le(p + 9);
   if (size < EZI_DIRECT_READ_MIN || len - hl >= size) return 0;
-  size_t cap;
-  uint8_t *b = ezi_chan_buf_take(c, (size_t)size, &cap);
-  if (!b) return EZ_ENOMEM;
-  memcpy(b, p + hl, len - hl);
+  size_t have = len - hl, want = 2 * have + ((size_t)1 << 20), cap;
+  if (want > size) want = (size_t)size;
+  int err;
+  uint8_t *b = ezi_chan_buf_take(c, want, &cap, &err);
+  if (!b) return err;
+  memcpy(b, p + hl, have);
   c->big.buf = b;
   c->big.cap = cap;
-  c->big.have = len - hl;
+  c->big.have = have;
   c->big.size = (size_t)size;
   c->big.msg_id = ezi_get_u64le(p + 1);
   ezi_buf_consume(&c->pin, len);
@@ -112,10 +125,23 @@ static int big_start(chan *c) {
 }
 
 /* Reads more of c->big's message, 64 KiB at a time as into `pin` (reads of all the socket
- * held did less well at 16 MiB): bytes read, 0 if none now, < 0 if the link failed. */
+ * held did less well at 16 MiB), growing its buffer as it fills: bytes read, 0 if none now, < 0
+ * if the link failed (EZ_ENOMEM, EZ_EMSGSIZE: a buffer it may not have). */
 static long big_fill(chan *c, int fd) {
   size_t room = c->big.size - c->big.have;
   if (room > 65536) room = 65536;
+  if (c->big.have + room > c->big.cap) {
+    size_t cap = c->big.cap * 2 > c->big.have + room ? c->big.cap * 2 : c->big.have + room;
+    if (cap > c->big.size) cap = c->big.size;
+    if (ezi_rx_resize(&c->rx_bytes, c->big.cap, cap)) return EZ_EMSGSIZE;
+    uint8_t *b = realloc(c->big.buf, cap);
+    if (!b) {
+      ezi_rx_resize(&c->rx_bytes, cap, c->big.cap);
+      return EZ_ENOMEM;
+    }
+    c->big.buf = b;
+    c->big.cap = cap;
+  }
   long n = ezi_recv_some(fd, c->big.buf + c->big.have, room);
   if (n > 0) c->big.have += (size_t)n;
   return n;
@@ -152,12 +178,12 @@ static long data_frame(chan *c, uint64_t now) {
     return rc ? rc : (long)f.used;
   }
   if (c->ring_on) { /* a TX_SHM wakes us up, or names the segment of a message in the ring */
-    if (cmd != EZI_TX_SHM || c->ring_bad) return EZ_EPROTO;
+    if (cmd != EZI_TX_SHM || ezi_ring_chan_bad(c)) return EZ_EPROTO;
     int rc = need_segment(c, name, nn);
     if (rc || c->attaching) return rc;
     ezi_lchan_ring_seg(c, msg_id);
     ezi_lchan_pull(c, NULL, true);
-    return c->ring_bad ? EZ_EPROTO : (long)f.used;
+    return ezi_ring_chan_bad(c) ? EZ_EPROTO : (long)f.used;
   }
   if (c->tcp_ring) { /* an ezmsg-c publisher's window: the I/O thread puts into the ring */
     int rc = ezi_tcpring_frame(c, &f, now);
@@ -166,8 +192,9 @@ static long data_frame(chan *c, uint64_t now) {
   if (cmd == EZI_X_TCP) return EZ_EPROTO; /* only in a window */
   if (cmd == EZI_TX_TCP) {
     size_t cap;
-    uint8_t *owned = ezi_chan_buf_take(c, size ? (size_t)size : 1, &cap);
-    if (!owned) return EZ_ENOMEM;
+    int err;
+    uint8_t *owned = ezi_chan_buf_take(c, size ? (size_t)size : 1, &cap, &err);
+    if (!owned) return err;
     memcpy(owned, f.body, (size_t)size);
     int rc = deliver_tcp(c, msg_id, size, owned, cap, now);
     return rc ? rc : (long)f.used;
@@ -178,6 +205,7 @@ static long data_frame(chan *c, uint64_t now) {
   ezi_unmarshalled um;
   const uint8_t *d = ezi_seg_data(seg, msg_id % c->nbuf);
   if (ezi_unmarshal(d, ezi_seg_room(seg), &um) || um.msg_id != msg_id) return EZ_EPROTO;
+  if (EZI_UNLIKELY(ezi_guard_tripped(&seg->shm.tripped))) return EZ_EPROTO; /* zeros, or less */
   pthread_mutex_lock(&c->mu);
   c->mode = "shm";
   int took = ezi_chan_deliver(c, msg_id, &um, NULL, 0, seg, now);
@@ -257,25 +285,65 @@ static long handshake(chan *c) {
 static void hs_timeout(void *arg) {
   chan *c = arg;
   c->hs_timer = 0;
-  EZI_WARN("channel %s: publisher %s did not finish the handshake", c->id, c->pub_id);
+  EZI_WARN_RL("channel %s: publisher %s did not finish the handshake", c->id, c->pub_id);
   fail(c, EZ_ETIMEDOUT);
 }
 
 /* Drops the link after a frame that is bad, or that there is no memory for; what arrived before
- * it is delivered. */
+ * it is delivered. One line says why (rate-limited: a peer can make this happen at will). */
 static void drop(chan *c, long err) {
+  bool shrunk = (c->seg && ezi_guard_tripped(&c->seg->shm.tripped)) ||
+                (c->ring_on && ezi_guard_tripped(&c->ring.tripped));
   if (err == EZ_ENOMEM)
-    EZI_WARN("channel %s: out of memory for the data of publisher %s; dropping the link (it is "
-             "joined again)",
-             c->id, c->pub_id);
+    EZI_WARN_RL("channel %s: out of memory for the data of publisher %s; dropping the link (it is "
+                "joined again)",
+                c->id, c->pub_id);
+  else if (err == EZ_EMSGSIZE)
+    EZI_WARN_RL("channel %s: publisher %s would make this process hold more than its limit for "
+                "TCP messages (%llu MiB per link, %s; %llu MiB per process, %s); dropping the link",
+                c->id, c->pub_id, (unsigned long long)(ezi_rx_link_max() >> 20), EZ_RX_LINK_ENV,
+                (unsigned long long)(ezi_rx_process_max() >> 20), EZ_RX_PROCESS_ENV);
+  else if (shrunk)
+    EZI_WARN_RL("channel %s: the shared memory of publisher %s (%s) was truncated under this "
+                "process; dropping the link",
+                c->id, c->pub_id, c->seg ? c->seg->shm.name : "its ring");
   else
-    EZI_WARN("channel %s: bad data from publisher %s (%s); dropping the link", c->id, c->pub_id,
-             ez_strerror((int)err));
+    EZI_WARN_RL("channel %s: bad data from publisher %s (%s); dropping the link", c->id, c->pub_id,
+                ez_strerror((int)err));
   if (c->tcp_ring)
     ezi_tcpring_read_done(c);
   else
     ezi_chan_wake_subs(c);
   fail(c, (int)err);
+}
+
+/* After a read: notes when the frame left incomplete (if any) began (frame_deadline). */
+static void note_partial(chan *c, uint64_t frames_before) {
+  if (!c->big.buf && !ezi_buf_pending(&c->pin))
+    c->frame_since = 0;
+  else if (!c->frame_since || c->frames != frames_before)
+    c->frame_since = ezi_now_ns();
+}
+
+/* Every quarter of EZMSG_FRAME_TIMEOUT_MS while the link is up: a frame incomplete for that long
+ * drops the link (a publisher that announces a large frame and stops holds what it sent). */
+static void frame_check(void *arg) {
+  chan *c = arg;
+  c->frame_timer = 0;
+  if (c->pw.fd < 0 || c->state != CH_READY) return;
+  uint64_t t = ezi_frame_timeout_ns(), now = ezi_now_ns();
+  if (c->frame_since && !c->attaching && now - c->frame_since >= t) {
+    EZI_WARN_RL("channel %s: a frame of publisher %s stayed incomplete for %llu ms (%s); dropping "
+                "the link",
+                c->id, c->pub_id, (unsigned long long)((now - c->frame_since) / 1000000u),
+                EZ_FRAME_TIMEOUT_ENV);
+    if (c->tcp_ring)
+      ezi_tcpring_read_done(c);
+    else
+      ezi_chan_wake_subs(c);
+    return fail(c, EZ_ETIMEDOUT);
+  }
+  c->frame_timer = ezi_loop_timer(c->ctx->loop, now + t / 4, frame_check, c);
 }
 
 /* Parses the frames c->pin holds (all of them, or up to one that waits for an attach). false if
@@ -292,6 +360,7 @@ static bool consume(chan *c, uint64_t now) {
   for (;;) {
     long used = c->state == CH_CONNECTING ? handshake(c) : data_frame(c, now);
     if (used == GONE) return false;
+    if (used > 0) c->frames++;
     if (used > 0 && c->cur) { /* a chunk keeps its bytes: messages point into it */
       c->pin.off += (size_t)used;
     } else if (used > 0) {
@@ -326,8 +395,8 @@ static void attached(void *arg, int rc, ezi_seg *seg) {
                 c->attach_name, ez_strerror(rc), c->pub_id);
     answer_name(c);
   } else if (rc) { /* a message in a segment we cannot map: the link is no use */
-    EZI_WARN("channel %s: segment %s of publisher %s not attached (%s); dropping the link", c->id,
-             c->attach_name, c->pub_id, ez_strerror(rc));
+    EZI_WARN_RL("channel %s: segment %s of publisher %s not attached (%s); dropping the link",
+                c->id, c->attach_name, c->pub_id, ez_strerror(rc));
     ezi_chan_wake_subs(c); /* for what arrived before it */
     return fail(c, rc);
   } else {
@@ -335,6 +404,7 @@ static void attached(void *arg, int rc, ezi_seg *seg) {
     c->seg = seg;
   }
   ezi_outbox_set_events(&c->acks, EPOLLIN | EPOLLRDHUP);
+  c->frame_since = 0;        /* the wait was the attach's (its own deadline), not the publisher's */
   consume(c, ezi_tel_now()); /* what arrived before the attach began and waits in c->pin */
 }
 
@@ -347,16 +417,28 @@ static void on_pub(ezi_watch *w, uint32_t ev) {
   }
   if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
   long n = 0;
+  uint64_t frames = c->frames;
   while (!c->attaching &&
          (n = c->cur       ? ezi_tcpring_fill(c, w->fd)
               : c->big.buf ? big_fill(c, w->fd)
                            : ezi_buf_fill(&c->pin, w->fd,
                                           ezi_tx_limit(ezi_buf_head(&c->pin),
                                                        ezi_buf_pending(&c->pin)))) > 0) {
+    /* The input buffer grows with what arrives: counted (rxbudget.h) as it grows. */
+    if (!c->cur && c->pin.cap != c->pin_acct) {
+      if (ezi_rx_resize(&c->rx_bytes, c->pin_acct, c->pin.cap)) return drop(c, EZ_EMSGSIZE);
+      c->pin_acct = c->pin.cap;
+    }
     uint64_t now = ezi_tel_now(); /* one clock read for all the frames of this read */
     if (!consume(c, now)) return;
   }
-  if (n == EZ_ENOMEM) return drop(c, n);
+  if (n == EZ_ENOMEM || n == EZ_EMSGSIZE) return drop(c, n);
+  if (c->state == CH_READY && n == 0) {
+    note_partial(c, frames);
+    if (!c->frame_timer)
+      c->frame_timer =
+          ezi_loop_timer(c->ctx->loop, ezi_now_ns() + ezi_frame_timeout_ns() / 4, frame_check, c);
+  }
   if (n < 0) {
     EZI_DEBUG("channel %s: publisher %s went away", c->id, c->pub_id);
     fail(c, EZ_ECONNLOST);

@@ -5,6 +5,7 @@
 #include "channel.h"
 #include "graphclient.h"
 #include "meta39.h"
+#include "rxbudget.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,8 @@
 #include <unistd.h>
 
 const char *ezi_chan_pub_id(const chan *c) { return c->pub_id; }
+
+const char *ezi_chan_id(const chan *c) { return c->id; }
 
 bool ezi_chan_failed(const chan *c) { return c->state == CH_FAILED; }
 
@@ -44,7 +47,7 @@ int ezi_chan_sub_kind(const chan_sub *cs) {
   pthread_mutex_lock(&cs->ch->mu); /* (only while a tool traces: once per traced message) */
   const char *m = cs->ch->mode;
   pthread_mutex_unlock(&cs->ch->mu);
-  return !m                  ? EZI_M39_CH_UNKNOWN
+  return !m                    ? EZI_M39_CH_UNKNOWN
          : !strcmp(m, "local") ? EZI_M39_CH_LOCAL
          : !strcmp(m, "shm")   ? EZI_M39_CH_SHM
          : !strcmp(m, "tcp")   ? EZI_M39_CH_TCP
@@ -65,7 +68,8 @@ bool ezi_chan_sub_idle(chan_sub *cs) {
 
 /* ---- slots --------------------------------------------------------------------------------- */
 
-uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap) {
+uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap, int *err) {
+  *err = EZ_ENOMEM;
   if (n > EZI_CHAN_SPARE_MAX) {
     pthread_mutex_lock(&c->mu);
     uint8_t *p = c->big_spare;
@@ -76,23 +80,38 @@ uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap) {
       *cap = have;
       return p;
     }
-    free(p); /* too small for this one */
-    *cap = n;
-    return malloc(n);
-  }
-  uint32_t h = c->spare_head, t = __atomic_load_n(&c->spare_tail, __ATOMIC_ACQUIRE);
-  if (h != t) {
-    uint8_t *p = c->spare[h % EZI_CHAN_SPARES].p;
-    size_t have = c->spare[h % EZI_CHAN_SPARES].cap;
-    __atomic_store_n(&c->spare_head, h + 1, __ATOMIC_RELEASE);
-    if (have >= n) {
-      *cap = have;
-      return p;
+    ezi_chan_buf_free(c, p, have); /* too small for this one */
+  } else {
+    uint32_t h = c->spare_head, t = __atomic_load_n(&c->spare_tail, __ATOMIC_ACQUIRE);
+    if (h != t) {
+      uint8_t *p = c->spare[h % EZI_CHAN_SPARES].p;
+      size_t have = c->spare[h % EZI_CHAN_SPARES].cap;
+      __atomic_store_n(&c->spare_head, h + 1, __ATOMIC_RELEASE);
+      if (have >= n) {
+        *cap = have;
+        return p;
+      }
+      ezi_chan_buf_free(c, p, have); /* too small for this one */
     }
-    free(p); /* too small for this one */
+    if (n < 256) n = 256;
   }
-  *cap = n < 256 ? 256 : n;
-  return malloc(*cap);
+  if (ezi_rx_take(&c->rx_bytes, n)) {
+    *err = EZ_EMSGSIZE;
+    return NULL;
+  }
+  uint8_t *p = malloc(n);
+  if (!p) {
+    ezi_rx_give(&c->rx_bytes, n);
+    return NULL;
+  }
+  *cap = n;
+  return p;
+}
+
+void ezi_chan_buf_free(chan *c, uint8_t *p, size_t cap) {
+  if (!p) return;
+  free(p);
+  ezi_rx_give(&c->rx_bytes, cap);
 }
 
 /* Gives a TX_TCP buffer back for ezi_chan_buf_take (c->mu held, or c no longer shared): kept
@@ -100,14 +119,14 @@ uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap) {
 static void buf_give(chan *c, uint8_t *p, size_t cap) {
   if (!p) return;
   if (cap > EZI_CHAN_SPARE_MAX) { /* the last one is kept */
-    free(c->big_spare);
+    ezi_chan_buf_free(c, c->big_spare, c->big_spare_cap);
     c->big_spare = p;
     c->big_spare_cap = cap;
     return;
   }
   uint32_t t = c->spare_tail, h = __atomic_load_n(&c->spare_head, __ATOMIC_ACQUIRE);
   if (t - h >= EZI_CHAN_SPARES) {
-    free(p);
+    ezi_chan_buf_free(c, p, cap);
     return;
   }
   c->spare[t % EZI_CHAN_SPARES].p = p;
@@ -141,16 +160,16 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
                      size_t owned_cap, ezi_seg *seg, uint64_t now) {
   slot *s = &c->slots[msg_id % c->nslot];
   if (s->live) { /* the publisher broke backpressure: refuse, keep what subscribers hold */
-    EZI_WARN("channel %s: publisher reused the slot of message %llu before it was released", c->id,
-             (unsigned long long)s->msg_id);
-    free(owned);
+    EZI_WARN_RL("channel %s: publisher reused the slot of message %llu before it was released",
+                c->id, (unsigned long long)s->msg_id);
+    buf_give(c, owned, owned_cap);
     return -1;
   }
   size_t holders = 0;
   for (size_t i = 0; i < c->n_subs; i++)
     holders += !c->subs[i]->gone;
   if (!holders) {
-    free(owned);
+    buf_give(c, owned, owned_cap);
     return 0;
   }
   s->msg_id = msg_id;
@@ -160,13 +179,14 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
   s->owned_cap = owned_cap;
   s->seg = seg;
   if (seg) ezi_seg_ref(seg);
-  if (um->raw_pickle && (s->iov = calloc((size_t)um->nbuf, sizeof *s->iov))) {
-    for (uint64_t i = 0; i < um->nbuf; i++) {
-      const uint8_t *d;
-      size_t n;
-      ezi_unmarshal_buf(um, i, &d, &n);
-      s->iov[i] = (ez_iov){d, n};
-    }
+  /* All buffers in one pass (a walk per buffer made a message of 100 000 of them cost seconds),
+   * each length read once: in shared memory the publisher may have changed them meanwhile. */
+  if (um->raw_pickle && (s->iov = calloc((size_t)um->nbuf, sizeof *s->iov)) &&
+      ezi_unmarshal_bufs(um, s->iov)) {
+    EZI_WARN_RL("channel %s: the buffers of message %llu changed while it was read", c->id,
+                (unsigned long long)msg_id);
+    slot_clear(c, s);
+    return -1;
   }
   uint64_t t0 = ezi_stamp_pick(&c->stamps, now); /* at high rates, only some are timed */
   for (size_t i = 0; i < c->n_subs; i++) {
@@ -429,8 +449,8 @@ static void chan_destroy(chan *c) {
   for (uint32_t i = 0; c->slots && i < c->nslot; i++)
     slot_clear(c, &c->slots[i]);
   for (uint32_t h = c->spare_head; h != c->spare_tail; h++)
-    free(c->spare[h % EZI_CHAN_SPARES].p);
-  free(c->big_spare);
+    ezi_chan_buf_free(c, c->spare[h % EZI_CHAN_SPARES].p, c->spare[h % EZI_CHAN_SPARES].cap);
+  ezi_chan_buf_free(c, c->big_spare, c->big_spare_cap);
   ezi_lchan_ring_free(c);
   ezi_tcpring_free(c);
   ezi_seg_unref(c->seg);

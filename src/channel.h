@@ -125,7 +125,8 @@ struct chan {
   /* ring mode: a remote ezmsg-c publisher's notices come through a shared ring (shmring.h), and
    * the channel works as a local one whose "publisher" is whoever pulls from the ring */
   bool ring_on;  /* set once, before any member can see it */
-  bool ring_bad; /* the ring broke the rules: nothing more is pulled, the link is dropped */
+  bool ring_bad; /* atomic: the ring broke the rules: nothing more is pulled, the link is dropped
+                  * (set by a puller under pull_mu; read by the I/O thread and pullers) */
   ezi_ring ring;
   pthread_mutex_t pull_mu; /* ring mode: members (lsubs) and pulling */
   struct {
@@ -151,6 +152,15 @@ struct chan {
     uint64_t msg_id;
   } big;
   ezi_outbox acks;
+  /* Memory held for this link's TCP bytes (rxbudget.h; atomic: releases give back on the
+   * receivers' threads), of which `pin_acct` is the capacity of `pin` when it is not a chunk. */
+  uint64_t rx_bytes;
+  size_t pin_acct;
+  bool rx_refused; /* a chunk was refused for the budget (tcpring.c: EZ_EMSGSIZE, not ENOMEM) */
+  /* A frame that stays incomplete too long drops the link (EZMSG_FRAME_TIMEOUT_MS): when the
+   * current incomplete one was first seen (0: none), frames read so far, and the check's timer.
+   * I/O thread. */
+  uint64_t frame_since, frames, frame_timer;
   ezi_stamper stamps; /* which deliveries are timed (telclock.h) */
   /* TX_TCP buffers the releases freed, handed back to the I/O thread for the next frames, so
    * that a message costs no malloc and no free across threads: a ring filled under c->mu
@@ -196,9 +206,13 @@ void ezi_chan_link_close(chan *c);
  * every subscriber left meanwhile) it may be gone: touch nothing. I/O thread. */
 int ezi_chan_link_done(chan *c, int rc);
 /* A buffer of at least n bytes for a TX_TCP frame's bytes: a spare one a release gave back, or a
- * new one (at least 256 bytes, so that small sizes share them); *cap gets its size. NULL when
- * out of memory. I/O thread only, c->mu not held (it takes it for a large buffer). */
-uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap);
+ * new one (at least 256 bytes, so that small sizes share them); *cap gets its size, counted in
+ * the link's memory (rxbudget.h) until it is freed. NULL when out of memory (*err EZ_ENOMEM) or
+ * beyond the link's or the process's limit (*err EZ_EMSGSIZE). I/O thread only, c->mu not held
+ * (it takes it for a large buffer). */
+uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap, int *err);
+/* Frees a buffer from ezi_chan_buf_take that was not delivered (no lock needed). */
+void ezi_chan_buf_free(chan *c, uint8_t *p, size_t cap);
 /* Stores a validated message (taking `owned`, a buffer of owned_cap bytes from
  * ezi_chan_buf_take, or NULL) and notifies the subscribers (c->mu held). Returns 1 if someone
  * took it, 0 if nobody listens (the caller acks it), -1 if its slot is still held (the publisher
@@ -282,6 +296,10 @@ bool ezi_ring_chan_drop(chan *c, uint32_t idx, uint64_t now);
 void ezi_ring_chan_ack(chan *c, uint64_t msg_id);
 void ezi_ring_chan_free(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now);
 void ezi_lchan_resignal(ez_context *ctx);
+/* Whether ring channel c broke the rules (its link is to be dropped). Any thread. */
+static inline bool ezi_ring_chan_bad(const chan *c) {
+  return __atomic_load_n(&c->ring_bad, __ATOMIC_RELAXED);
+}
 /* Ring mode (I/O thread): ezi_lchan_ring_start maps the ring `name` announced by X_RING, from
  * message start_id on, and makes every subscriber a member (EZ_EPROTO, EZ_ENOMEM...).
  * ezi_lchan_ring_seg: the publisher's segment for message msg_id is now c->seg. ezi_lchan_pull:

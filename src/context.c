@@ -2,6 +2,7 @@
  * channels, the outboxes the I/O thread writes for everyone, and the embedded graph server. */
 #include "context.h"
 #include "channel.h"
+#include "acceptor.h"
 #include "graphclient.h"
 #include "graphserver.h"
 #include "procclient.h"
@@ -297,6 +298,7 @@ static void *io_thread(void *arg) {
 
 int ez_context_open(const char *address, ez_context **out) {
   if (!out) return EZ_EINVAL;
+  ezi_raise_fd_limit(); /* a descriptor per link and per publisher's channel (acceptor.h) */
   ez_context *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return EZ_ENOMEM;
   ezi_addr_resolve(address, ctx->address);

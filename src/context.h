@@ -265,6 +265,8 @@ bool ezi_chan_sub_idle(chan_sub *cs);
  * else of its subscriber's (a channel with slots keeps its queue's order anyway). I/O thread. */
 void ezi_chan_sub_cut(chan_sub *cs);
 const char *ezi_chan_pub_id(const chan *c);
+/* The channel's own id (empty until the graph server gave it one). */
+const char *ezi_chan_id(const chan *c);
 /* True once the channel's link failed; it only waits for its subscribers to leave. I/O thread. */
 bool ezi_chan_failed(const chan *c);
 json_t *ezi_chan_profile(chan *c, double window_s);

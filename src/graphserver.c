@@ -9,6 +9,8 @@
 #include "graphserver.h"
 #include "gs.h"
 #include "gs_released.h"
+#include "acceptor.h"
+#include "dag.h"
 #include "gsparse.h"
 #include "shm.h"
 
@@ -20,6 +22,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 /* ---- segments ------------------------------------------------------------------------------ */
@@ -37,6 +40,55 @@ void ezi_gs_seg_release(server *s, segment *g) {
   }
   s->n_segs--;
   free(g);
+}
+
+/* $name in MiB (a positive integer), else def (bytes); a bad value is logged. */
+static uint64_t env_mib(const char *name, uint64_t def) {
+  const char *e = getenv(name);
+  if (!e || !*e) return def;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(e, &end, 10);
+  if (errno || *end || !v || v > ((uint64_t)1 << 44)) {
+    EZI_WARN("%s=%s: not a number of MiB; using %llu MiB", name, e,
+             (unsigned long long)(def >> 20));
+    return def;
+  }
+  return (uint64_t)v << 20;
+}
+
+/* What SHM_CREATE may commit (posix_fallocate reserves every page at once): a segment of at most
+ * EZ_SHM_SEGMENT_MAX_ENV MiB, and at most EZ_SHM_TOTAL_MAX_ENV MiB in all the segments asked for
+ * from one host (over TCP the server cannot tell processes apart; every local client is
+ * 127.0.0.1, so on one machine this is the total). */
+static void shm_limits(server *s) {
+  uint64_t shm = 0;
+  struct statvfs v;
+  if (statvfs("/dev/shm", &v) == 0) shm = (uint64_t)v.f_blocks * v.f_frsize;
+  s->seg_max = env_mib(EZ_SHM_SEGMENT_MAX_ENV, (uint64_t)EZ_SHM_SEGMENT_MAX_DEFAULT_MB << 20);
+  s->host_max = env_mib(EZ_SHM_TOTAL_MAX_ENV, shm ? shm / 2 : (uint64_t)8 << 30);
+}
+
+/* Whether a segment of `bytes` for a client at `host` stays within the limits; else logs why. */
+static bool shm_quota(server *s, const char *host, uint64_t nbuf, uint64_t size, uint64_t bytes) {
+  uint64_t held = 0;
+  for (segment *g = s->segs; g; g = g->next)
+    if (!strcmp(g->host, host)) held += g->bytes;
+  const char *why = NULL;
+  uint64_t limit = 0;
+  if (s->n_segs >= MAX_SEGMENTS)
+    why = "segments exist already (the limit)", limit = MAX_SEGMENTS;
+  else if (bytes > s->seg_max)
+    why = "MiB is the largest segment (" EZ_SHM_SEGMENT_MAX_ENV ")", limit = s->seg_max >> 20;
+  else if (held + bytes > s->host_max)
+    why = "MiB is what the segments of one host may take (" EZ_SHM_TOTAL_MAX_ENV ")",
+    limit = s->host_max >> 20;
+  if (!why) return true;
+  EZI_WARN_RL("graph server: SHM_CREATE of %llu x %llu bytes from %s refused: %llu %s; %llu MiB "
+              "held for that host",
+              (unsigned long long)nbuf, (unsigned long long)size, host, (unsigned long long)limit,
+              why, (unsigned long long)(held >> 20));
+  return false;
 }
 
 static segment *seg_find(server *s, const char *name, size_t n) {
@@ -129,7 +181,7 @@ static void on_profile_data(server *s, conn *c, const char *json, size_t n) {
       o->results[w.slot] = doc;
     } else {
       json_decref(doc);
-      EZI_WARN("graph server: client %s sent an unusable profile", c->id);
+      EZI_WARN_RL("graph server: client %s sent an unusable profile", c->id);
     }
     ezi_gs_op_answer(o);
   }
@@ -198,7 +250,17 @@ static void handle_shm(server *s, conn *c, uint8_t cmd, uint64_t nbuf, uint64_t 
   if (cmd == EZI_SHM_CREATE) {
     ezi_shm shm;
     int hold = -1;
-    int rc = s->n_segs >= MAX_SEGMENTS ? EZ_EMSGSIZE : ezi_shm_create(nbuf, size, &shm, &hold);
+    char host[64];
+    ezi_sock_peer_host(c->w.fd, host);
+    /* The layout's size (shm.h), if it is one: ezi_shm_create refuses the rest. */
+    uint64_t stride = size + 16 * nbuf, bytes = UINT64_MAX;
+    if (nbuf && nbuf <= EZI_SHM_MAX_BUFFERS && size && size <= EZI_SHM_MAX_BUF_SIZE &&
+        nbuf <= UINT64_MAX / stride)
+      bytes = nbuf * stride;
+    int rc = bytes == UINT64_MAX                      ? EZ_EINVAL
+             : !shm_quota(s, host, nbuf, size, bytes) ? EZ_EMSGSIZE
+                                                      : ezi_shm_create(nbuf, size, &shm, &hold);
+    if (rc == EZ_EMSGSIZE) return ezi_gs_close(c); /* logged */
     if (rc) {
       EZI_WARN("graph server: cannot create segment (%llu x %llu): %s", (unsigned long long)nbuf,
                (unsigned long long)size, ez_strerror(rc));
@@ -212,6 +274,8 @@ static void handle_shm(server *s, conn *c, uint8_t cmd, uint64_t nbuf, uint64_t 
       return ezi_gs_close(c);
     }
     snprintf(g->name, sizeof g->name, "%s", shm.name);
+    snprintf(g->host, sizeof g->host, "%s", host);
+    g->bytes = bytes;
     g->hold_fd = hold;
     ezi_shm_detach(&shm); /* the server only names it; clients map it */
     g->next = s->segs;
@@ -476,16 +540,10 @@ static void on_conn(ezi_watch *w, uint32_t ev) {
 static void on_accept(ezi_watch *w, uint32_t ev) {
   server *s = w->arg;
   (void)ev;
-  for (;;) {
-    int fd = accept4(w->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
-        EZI_WARN("graph server: accept: %s", strerror(errno));
-      return;
-    }
+  int fd;
+  while ((fd = ezi_accept(&s->acc)) >= 0) {
     if (s->n_conns >= s->max_conns) {
-      EZI_WARN("graph server: %zu clients already (the limit); refusing another", s->max_conns);
+      EZI_WARN_RL("graph server: %zu clients already (the limit); refusing another", s->max_conns);
       close(fd);
       continue;
     }
@@ -554,12 +612,14 @@ int ez_server_start_opts(const char *address, const ez_server_opts *opts, ez_ser
   ezi_addr_resolve(address, addr);
   if (!out || ezi_addr_parse(addr, host, &port)) return EZ_EADDR;
   ezi_shm_sweep(EZI_SHM_STALE_S); /* what servers SIGKILLed with their publishers left */
+  ezi_raise_fd_limit();           /* a descriptor per client and per segment */
   server *s = calloc(1, sizeof *s);
   if (!s) return EZ_ENOMEM;
   s->max_conns = opts && opts->max_clients ? (size_t)opts->max_clients : MAX_CONNS;
   s->dialect = opts && opts->dialect ? opts->dialect : ezi_dialect_forced();
   if (!s->dialect) s->dialect = EZ_DIALECT_RELEASED;
   s->greeting = s->dialect == EZ_DIALECT_PROFILING ? EZ_VERSION_PROFILING : EZ_VERSION;
+  shm_limits(s);
   int rc = ezi_loop_new(&s->loop);
   if (rc) {
     free(s);
@@ -577,10 +637,12 @@ int ez_server_start_opts(const char *address, const ez_server_opts *opts, ez_ser
   }
   snprintf(s->address, sizeof s->address, "%s:%u", host, ezi_sock_port(fd));
   s->listen = (ezi_watch){.fd = fd, .fn = on_accept, .arg = s};
+  ezi_acceptor_init(&s->acc, &s->listen, s->loop, "graph server");
   ezi_loop_add(s->loop, &s->listen, EPOLLIN);
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
   if (pthread_create(&s->thread, NULL, server_thread, s)) {
+    ezi_acceptor_stop(&s->acc);
     ezi_loop_del(&s->listen);
     close(fd);
     free_state(s);
@@ -624,6 +686,7 @@ void ez_server_stop(ez_server *s) {
   if (!s) return;
   ezi_loop_stop(s->loop);
   pthread_join(s->thread, NULL);
+  ezi_acceptor_stop(&s->acc);
   ezi_loop_del(&s->listen);
   close(s->listen.fd);
   free_state(s);

@@ -6,6 +6,7 @@
 #ifndef EZI_GS_H
 #define EZI_GS_H
 
+#include "acceptor.h"
 #include "dag.h"
 #include "gsparse.h"
 #include "internal.h"
@@ -113,6 +114,8 @@ typedef struct segment {
   char name[64];
   int hold_fd; /* keeps the name ours while we live (ezi_shm_sweep) */
   int leases;
+  uint64_t bytes; /* its size */
+  char host[64];  /* the host of the client that asked for it (its quota, shm_quota) */
   struct segment *next;
 } segment;
 
@@ -148,13 +151,15 @@ struct conn {
 struct ez_server {
   ezi_loop *loop;
   ezi_watch listen;
+  ezi_acceptor acc; /* accepts without spinning when out of descriptors */
   conn *conns;
   size_t n_conns;
   size_t max_conns; /* client limit */
   ezi_dag *dag;
   segment *segs;
   size_t n_segs;
-  conn *graveyard; /* closed connections waiting to be freed */
+  uint64_t seg_max, host_max; /* SHM_CREATE limits (shm_limits) */
+  conn *graveyard;            /* closed connections waiting to be freed */
   uint64_t reap_timer;
   char address[300];
   int dialect;     /* EZ_DIALECT_PROFILING or EZ_DIALECT_RELEASED */

@@ -273,6 +273,6 @@ void ezi_gs_close(conn *c) {
 void ezi_gs_proto_error(conn *c, const char *what) {
   char peer[64];
   ezi_sock_peer_host(c->w.fd, peer);
-  EZI_WARN("graph server: protocol error from %s (%s); closing that connection", peer, what);
+  EZI_WARN_RL("graph server: protocol error from %s (%s); closing that connection", peer, what);
   ezi_gs_close(c);
 }

@@ -4,6 +4,7 @@
 
 #include "ezmsg/ezmsg.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -25,6 +26,33 @@ void ezi_log(int level, const char *fmt, ...) EZI_PRINTF(2, 3);
 #define EZI_ERROR(...) ezi_log(EZ_LOG_ERROR, __VA_ARGS__)
 /* True if a message at `level` would be emitted (to skip building expensive log lines). */
 int ezi_log_enabled(int level);
+
+/* Rate limits for lines a peer can trigger at will (a peer that reconnects 20 times a second
+ * must not make us print 40 lines a second): each call site prints at most EZI_RL_BURST lines
+ * per EZI_RL_WINDOW_NS; the first line it prints after suppressing some says how many. */
+#define EZI_RL_BURST 5
+#define EZI_RL_WINDOW_NS 10000000000ull
+typedef struct ezi_ratelimit {
+  uint64_t start;      /* the current window's start (0: none yet) */
+  uint32_t printed;    /* lines printed in it */
+  uint32_t suppressed; /* lines dropped since the last one printed */
+} ezi_ratelimit;
+/* Whether a line at time `now` (ns) passes rl; if it does, *suppressed gets the count of lines
+ * dropped before it (and the count starts again). Pure: the caller serialises calls on one rl
+ * (ezi_log_rl does). */
+bool ezi_ratelimit_pass(ezi_ratelimit *rl, uint64_t now, uint32_t *suppressed);
+/* ezi_log through rl (a static of the call site): any thread. */
+void ezi_log_rl(ezi_ratelimit *rl, int level, const char *fmt, ...) EZI_PRINTF(3, 4);
+#define EZI_WARN_RL(...)                                                                           \
+  do {                                                                                             \
+    static ezi_ratelimit ezi_rl_;                                                                  \
+    ezi_log_rl(&ezi_rl_, EZ_LOG_WARN, __VA_ARGS__);                                                \
+  } while (0)
+#define EZI_INFO_RL(...)                                                                           \
+  do {                                                                                             \
+    static ezi_ratelimit ezi_rl_;                                                                  \
+    ezi_log_rl(&ezi_rl_, EZ_LOG_INFO, __VA_ARGS__);                                                \
+  } while (0)
 
 /* ezi_now_ns (the monotonic clock) and ezi_tel_now (the message path's time stamps). */
 #include "telclock.h"

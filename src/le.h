@@ -14,6 +14,23 @@ static inline uint64_t ezi_get_u64le(const uint8_t *p) {
   return le64toh(v);
 }
 
+/* The same for memory another process may be writing (shared memory): the value is read once
+ * here and is, from then on, only the local one (the empty asm hides where it came from, so the
+ * compiler cannot read it again from memory instead of keeping it). Check and use only that. */
+static inline uint64_t ezi_get_u64le_once(const uint8_t *p) {
+  uint64_t v;
+  memcpy(&v, p, sizeof v);
+  __asm__("" : "+r"(v));
+  return le64toh(v);
+}
+
+static inline uint32_t ezi_get_u32le_once(const uint8_t *p) {
+  uint32_t v;
+  memcpy(&v, p, sizeof v);
+  __asm__("" : "+r"(v));
+  return le32toh(v);
+}
+
 static inline void ezi_put_u64le(uint8_t *p, uint64_t v) {
   v = htole64(v);
   memcpy(p, &v, sizeof v);

@@ -38,15 +38,26 @@ int ezi_marshal_msg_id(const uint8_t *p, size_t len, uint64_t *msg_id) {
   return 0;
 }
 
+/* Everything below may read memory another process writes at the same time (a publisher's
+ * shared-memory segment): every byte and length is read once into a local, which alone is then
+ * checked and used (ezi_get_u64le_once). Reading a length again after its check let a publisher
+ * flip it in between and make us hand out megabytes beyond the message. */
+
 /* Reads an n-byte (n <= 8) little-endian unsigned integer at q[*pos] if it fits in len. */
 static bool read_uint(const uint8_t *q, size_t len, size_t *pos, unsigned n, uint64_t *v) {
   if (len - *pos < n) return false;
-  uint64_t x = 0;
-  for (unsigned i = n; i-- > 0;)
-    x = (x << 8) | q[*pos + i];
+  uint8_t b[8] = {0};
+  memcpy(b, q + *pos, n);
   *pos += n;
-  *v = x;
+  *v = ezi_get_u64le_once(b);
   return true;
+}
+
+/* One byte of q, read once. */
+static uint8_t byte_once(const uint8_t *q, size_t pos) {
+  uint8_t b = q[pos];
+  __asm__("" : "+r"(b));
+  return b;
 }
 
 /* Recognises a CPython pickle of a bytes/bytearray object (grammar in marshal.h). On success sets
@@ -54,15 +65,20 @@ static bool read_uint(const uint8_t *q, size_t len, size_t *pos, unsigned n, uin
 static bool pickled_bytes(const uint8_t *q, size_t len, const uint8_t **data, size_t *dlen) {
   size_t pos = 0;
   uint64_t v;
-  if (len < 2 || q[0] != OP_PROTO || q[1] < 3 || q[1] > 5) return false;
+  if (len < 2 || byte_once(q, 0) != OP_PROTO) return false;
+  uint8_t proto = byte_once(q, 1);
+  if (proto < 3 || proto > 5) return false;
   pos = 2;
-  if (pos < len && q[pos] == OP_FRAME) {
+  uint8_t op = pos < len ? byte_once(q, pos) : 0;
+  if (op == OP_FRAME) {
     pos++;
     if (!read_uint(q, len, &pos, 8, &v) || v > len - pos) return false;
+    op = pos < len ? byte_once(q, pos) : 0;
   }
   if (pos >= len) return false;
+  pos++;
   unsigned width;
-  switch (q[pos++]) {
+  switch (op) {
   case OP_SHORT_BINBYTES: width = 1; break;
   case OP_BINBYTES: width = 4; break;
   case OP_BINBYTES8:
@@ -73,9 +89,11 @@ static bool pickled_bytes(const uint8_t *q, size_t len, const uint8_t **data, si
   const uint8_t *body = q + pos;
   size_t body_len = (size_t)v;
   pos += body_len;
+  op = pos < len ? byte_once(q, pos) : 0;
   if (pos < len) {
     uint64_t idx;
-    switch (q[pos]) {
+    bool memo = true;
+    switch (op) {
     case OP_MEMOIZE: pos++; break;
     case OP_BINPUT:
       pos++;
@@ -85,46 +103,62 @@ static bool pickled_bytes(const uint8_t *q, size_t len, const uint8_t **data, si
       pos++;
       if (!read_uint(q, len, &pos, 4, &idx)) return false;
       break;
-    default: break;
+    default: memo = false; break;
     }
+    if (memo) op = pos < len ? byte_once(q, pos) : 0;
   }
-  if (pos >= len || q[pos] != OP_STOP || pos + 1 != len) return false;
+  if (pos >= len || op != OP_STOP || pos + 1 != len) return false;
   *data = body;
   *dlen = body_len;
   return true;
 }
 
 int ezi_unmarshal(const uint8_t *p, size_t len, ezi_unmarshalled *out) {
-  if (!p || !out || len < EZI_MARSHAL_FIXED || p[0] != 'E' || p[1] != 'Z') return EZ_EPROTO;
-  uint64_t nbuf = ezi_get_u64le(p + 10);
+  if (!p || !out || len < EZI_MARSHAL_FIXED || byte_once(p, 0) != 'E' || byte_once(p, 1) != 'Z')
+    return EZ_EPROTO;
+  uint64_t nbuf = ezi_get_u64le_once(p + 10);
   size_t rem = len - EZI_MARSHAL_FIXED;
   if (nbuf == 0 || nbuf > rem / 8) return EZ_EPROTO;
   rem -= (size_t)nbuf * 8; /* no overflow: nbuf * 8 <= rem */
   const uint8_t *lens = p + EZI_MARSHAL_FIXED;
+  uint64_t l0 = 0, l1 = 0; /* the first two lengths, as checked */
   for (uint64_t i = 0; i < nbuf; i++) {
-    uint64_t l = ezi_get_u64le(lens + 8 * i);
+    uint64_t l = ezi_get_u64le_once(lens + 8 * i);
     if (l > rem) return EZ_EPROTO;
     rem -= (size_t)l;
+    if (i == 0) l0 = l;
+    if (i == 1) l1 = l;
   }
   memset(out, 0, sizeof *out);
-  out->msg_id = ezi_get_u64le(p + 2);
+  out->msg_id = ezi_get_u64le_once(p + 2);
   out->nbuf = nbuf;
   out->size = len - rem;
   out->lens = lens;
   out->bufs = lens + nbuf * 8;
 
   const uint8_t *b0 = out->bufs;
-  size_t b0_len = (size_t)ezi_get_u64le(lens);
+  size_t b0_len = (size_t)l0;
   if (nbuf == 2 && b0_len == EZI_PICKLE_BYTES_STUB_LEN &&
       memcmp(b0, k_stub, EZI_PICKLE_BYTES_STUB_LEN) == 0) {
     out->payload = b0 + b0_len;
-    out->payload_len = (size_t)ezi_get_u64le(lens + 8);
+    out->payload_len = (size_t)l1;
     return 0;
   }
   if (nbuf == 1 && pickled_bytes(b0, b0_len, &out->payload, &out->payload_len)) return 0;
   out->raw_pickle = true;
   out->payload = b0;
   out->payload_len = b0_len;
+  return 0;
+}
+
+int ezi_unmarshal_bufs(const ezi_unmarshalled *u, ez_iov *iov) {
+  const uint8_t *b = u->bufs, *end = u->lens + (u->size - EZI_MARSHAL_FIXED);
+  for (uint64_t i = 0; i < u->nbuf; i++) {
+    uint64_t l = ezi_get_u64le_once(u->lens + 8 * i);
+    if (l > (uint64_t)(end - b)) return EZ_EPROTO; /* not what ezi_unmarshal checked */
+    iov[i] = (ez_iov){b, (size_t)l};
+    b += l;
+  }
   return 0;
 }
 

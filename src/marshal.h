@@ -10,7 +10,9 @@
  * Python -> C: a Python bytes/bytearray is pickled in band (nbuf = 1); ezi_unmarshal finds the
  * payload inside the pickle. Any other pickle is handed to the user as raw buffers.
  *
- * Nothing here allocates; every function is thread-safe (no shared state). */
+ * Nothing here allocates; every function is thread-safe (no shared state). The readers may read
+ * shared memory a publisher writes meanwhile: each reads every byte and length once, then checks
+ * and uses only that. */
 #ifndef EZI_MARSHAL_H
 #define EZI_MARSHAL_H
 
@@ -18,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ezmsg/ezmsg.h"
 #include "le.h"
 
 /* "EZ" + u64 msg_id + u64 nbuf: the fixed part before the buffer lengths. */
@@ -80,7 +83,15 @@ typedef struct ezi_unmarshalled {
  * Returns 0 or EZ_EPROTO (then *out is unspecified). */
 int ezi_unmarshal(const uint8_t *p, size_t len, ezi_unmarshalled *out);
 
-/* Buffer i (< u->nbuf) of a message validated by ezi_unmarshal. O(i). */
+/* All the u->nbuf buffers of a message validated by ezi_unmarshal, in one pass (O(nbuf): a
+ * message of 100 000 buffers is one walk over its lengths, not one per buffer), into iov[0,
+ * nbuf). Each length is read once and checked again against the message's size: in shared
+ * memory a publisher may have changed them since ezi_unmarshal, and then this returns EZ_EPROTO
+ * (iov partly written) instead of pointing beyond the message. 0 otherwise. */
+int ezi_unmarshal_bufs(const ezi_unmarshalled *u, ez_iov *iov);
+
+/* Buffer i (< u->nbuf) of a message validated by ezi_unmarshal, from a buffer nobody else
+ * writes (tests, fuzzing). O(i): for all of them, ezi_unmarshal_bufs. */
 void ezi_unmarshal_buf(const ezi_unmarshalled *u, uint64_t i, const uint8_t **data, size_t *len);
 
 #endif

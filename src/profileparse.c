@@ -1,9 +1,10 @@
 /* ez_profile_parse: the aggregated profile document (ours or the Python reference's) into structs.
  *
  * Strict about the shape, lenient about the fields: the document must be a JSON object whose
- * "publishers" and "channels" are arrays of objects (and a channel's "subscribers", when present,
- * an array of objects); anything else is EZ_EPROTO. A field that is absent, null or of the wrong
- * type reads as 0 / NULL; numbers may be integers or reals; unknown fields are ignored. */
+ * "publishers" and "channels" are arrays of objects (and a channel's "subscribers" and a
+ * publisher's "leases", when present, arrays of objects); anything else is EZ_EPROTO. A field that
+ * is absent, null or of the wrong type reads as 0 / NULL; numbers may be integers or reals; unknown
+ * fields are ignored. */
 #include "internal.h"
 
 #include <jansson.h>
@@ -99,6 +100,28 @@ static void parse_pub(parser *ps, const json_t *o, ez_profile_pub *p) {
   p->bytes_total = get_u64(b, "total");
   p->bytes_window = get_u64(b, "window");
   get_latency(json_object_get(o, "backpressure"), &p->backpressure);
+  const json_t *ls = json_object_get(o, "leases");
+  if (!ls) return; /* absent: the reference's, or an older one of ours */
+  size_t n;
+  if (object_array(ls, &n)) {
+    if (!ps->err) ps->err = EZ_EPROTO;
+    return;
+  }
+  if (n == 0) return;
+  p->leases = calloc(n, sizeof *p->leases);
+  if (!p->leases) {
+    ps->err = EZ_ENOMEM;
+    return;
+  }
+  p->n_leases = n;
+  for (size_t i = 0; i < n; i++) {
+    const json_t *lo = json_array_get(ls, i);
+    ez_profile_lease *l = &p->leases[i];
+    l->channel_id = get_str(ps, lo, "channel_id");
+    l->pid = get_i64(lo, "pid");
+    l->mode = get_str(ps, lo, "mode");
+    l->in_flight = get_u64(lo, "in_flight");
+  }
 }
 
 static void parse_channel(parser *ps, const json_t *o, ez_profile_channel *c) {
@@ -187,6 +210,11 @@ void ez_profile_data_free(ez_profile_data *p) {
     free(pub->id);
     free(pub->topic);
     free(pub->host);
+    for (size_t j = 0; j < pub->n_leases; j++) {
+      free(pub->leases[j].channel_id);
+      free(pub->leases[j].mode);
+    }
+    free(pub->leases);
   }
   free(p->publishers);
   for (size_t i = 0; i < p->n_channels; i++) {

@@ -2,11 +2,13 @@
  * segment, backpressure, segment growth. The I/O-thread half lives in pubserve.c. */
 #include "publisher.h"
 #include "graphclient.h"
+#include "shmguard.h"
 
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 void ez_pub_opts_init(ez_pub_opts *o) {
@@ -192,9 +194,14 @@ int ez_pub_create(ez_context *ctx, const char *topic, const ez_pub_opts *opts, e
   int rc = ezi_seg_create(ctx->server_addr, p->nbuf, o.buf_size, &p->seg, ezi_ms_left(deadline));
   if (rc == 0) {
     p->shm_real = true;
-  } else if (rc == EZ_ENOENT || rc == EZ_ESYS || rc == EZ_EPROTO) {
-    EZI_INFO("publisher %s: cannot map the server's segment (%s); using TCP", topic,
-             ez_strerror(rc));
+  } else if (rc == EZ_ENOENT || rc == EZ_ESYS || rc == EZ_EPROTO || rc == EZ_EINVAL) {
+    /* EZ_EINVAL: the server refused to create it (its limits, EZMSG_SHM_SEGMENT_MB ...). */
+    if (rc == EZ_EINVAL)
+      EZI_WARN("publisher %s: the graph server refused a segment of %u x %llu bytes; using TCP",
+               topic, (unsigned)p->nbuf, (unsigned long long)o.buf_size);
+    else
+      EZI_INFO("publisher %s: cannot map the server's segment (%s); using TCP", topic,
+               ez_strerror(rc));
     rc = ezi_seg_private("", p->nbuf, o.buf_size, &p->seg);
   }
   if (rc) {
@@ -495,6 +502,8 @@ static bool outbox_waits(ez_pub *p) {
   return w;
 }
 
+static void rings_tripped(ez_pub *p);
+
 /* Waits (p->mu held) until the next slot is free and the publisher runs. The deadline is read
  * from the clock only when there is something to wait for (*deadline 0: not yet). */
 static int wait_slot(ez_pub *p, uint64_t bytes, int timeout_ms, uint64_t *deadline) {
@@ -516,6 +525,7 @@ static int wait_slot(ez_pub *p, uint64_t bytes, int timeout_ms, uint64_t *deadli
     /* (Waiting for a window only, the slot is free: no local release need wake us for it.) */
     p->want = p->running && !ring_switch_waits(p) ? (int64_t)idx : -1;
     set_wants(p);
+    rings_tripped(p); /* before sleeping for a slot that a truncated ring holds forever */
     int rc = 0;
     if (!p->running || slot_busy(p, idx) || ring_switch_waits(p) || win ||
         outbox_waits(p)) { /* releasers (or the I/O thread) know */
@@ -530,10 +540,9 @@ static int wait_slot(ez_pub *p, uint64_t bytes, int timeout_ms, uint64_t *deadli
   return p->closing ? EZ_ECLOSED : 0;
 }
 
-/* Replaces the segment by one whose slots hold `need` bytes, copying the held slots over (Python
+/* Replaces the segment by one of buf_size `size` (shm.h), copying the held slots over (Python
  * channels re-read their cached messages from the new segment). p->mu held; dropped meanwhile. */
-static int grow(ez_pub *p, uint64_t need) {
-  uint64_t size = need * 2;
+static int replace_seg(ez_pub *p, uint64_t size) {
   ezi_seg *ns = NULL;
   bool real = false;
   pthread_mutex_unlock(&p->mu);
@@ -571,6 +580,35 @@ static int grow(ez_pub *p, uint64_t need) {
   p->shm_real = real;
   ezi_seg_unref(old); /* nothing was sent in it (messages still viewed hold their own refs) */
   return 0;
+}
+
+/* Replaces the segment by one whose slots hold `need` bytes (twice that). p->mu held. */
+static int grow(ez_pub *p, uint64_t need) { return replace_seg(p, need * 2); }
+
+/* Another process truncated our segment, so a copy into it faulted and the mapping became private
+ * memory (shmguard.h): channels can no longer read what we write there. A new segment of the
+ * same layout takes its place, announced as after a grow; the old one is kept, as after a grow,
+ * until what was sent in it is released. p->mu held. */
+static __attribute__((noinline)) int seg_tripped(ez_pub *p) {
+  const ezi_seg *s = p->seg;
+  EZI_WARN_RL("publisher %s: its shared memory %s was truncated by another process; moving to a "
+              "new segment",
+              p->topic, s->shm.name);
+  return replace_seg(p, s->shm.stride - 16 * (uint64_t)p->nbuf);
+}
+
+/* A channel's ring was truncated under us: its entries are private memory now and the channel
+ * cannot release them; its connection is shut down (the I/O thread then closes it, which frees
+ * what it held, and the channel joins again). p->mu held: pc's descriptor is still open. */
+static __attribute__((noinline)) void rings_tripped(ez_pub *p) {
+  for (size_t i = 0; i < p->n_chans; i++) {
+    pub_chan *pc = p->chans[i];
+    if (!pc->ring_on || !ezi_guard_tripped(&pc->ring.tripped) || pc->ring_cut) continue;
+    pc->ring_cut = true;
+    EZI_WARN_RL("publisher %s: the shared ring of channel %s (pid %llu) was truncated; closing it",
+                p->topic, pc->id, (unsigned long long)pc->pid);
+    shutdown(pc->w.fd, SHUT_RDWR);
+  }
 }
 
 /* Drops retired segments no message in flight can still refer to (p->mu held). */
@@ -749,6 +787,9 @@ static int take_slot(ez_pub *p, size_t len, int timeout_ms) {
   pthread_mutex_lock(&p->mu);
   uint64_t bytes = (uint64_t)len + EZI_MARSHAL_BYTES_HDR;
   int rc = wait_slot(p, bytes, timeout_ms, &deadline);
+  if (!rc && EZI_UNLIKELY(__atomic_load_n(&p->seg->shm.tripped, __ATOMIC_RELAXED)) &&
+      !(rc = seg_tripped(p)))
+    rc = wait_slot(p, bytes, timeout_ms, &deadline); /* the lock was dropped */
   /* Python's reader wants the message strictly smaller than the data block. */
   if (!rc && bytes >= ezi_seg_room(p->seg)) {
     rc = grow(p, bytes + 1);
@@ -821,6 +862,37 @@ int ez_pub_flush(ez_pub *p, int timeout_ms) {
 
 /* ---- profile ------------------------------------------------------------------------------- */
 
+static json_t *lease_json(const char *id, uint64_t pid, const char *mode, uint64_t n) {
+  json_t *o = json_object();
+  json_object_set_new(o, "channel_id", json_string(id));
+  json_object_set_new(o, "pid", json_integer((json_int_t)pid));
+  json_object_set_new(o, "mode", json_string(mode));
+  json_object_set_new(o, "in_flight", json_integer((json_int_t)n));
+  return o;
+}
+
+/* What each ready channel holds now, and whose it is (p->mu held, after harvest_all): a channel
+ * that never acknowledges holds the publisher (lossless backpressure, as the protocol has it), and
+ * this is how the profile names it even when it sends no profile of its own. */
+static json_t *leases_json(ez_pub *p) {
+  json_t *a = json_array();
+  if (!a) return NULL;
+  if (p->local) {
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < p->nbuf; i++)
+      n += p->local_t0[i] != 0;
+    json_array_append_new(a, lease_json(ezi_chan_id(p->local), (uint64_t)p->ctx->pid, "local", n));
+  }
+  for (size_t i = 0; i < p->n_chans; i++) {
+    const pub_chan *pc = p->chans[i];
+    if (pc->state != PC_READY) continue;
+    bool shm = pc->ring_on || (p->shm_real && pc->shm_ok && !p->opts.force_tcp && !pc->win_on);
+    uint64_t n = pc->held + (pc->win_on ? pc->win_next - pc->win_first : 0);
+    json_array_append_new(a, lease_json(pc->id, pc->pid, shm ? "shm" : "tcp", n));
+  }
+  return a;
+}
+
 json_t *ezi_pub_profile(ez_pub *p, double window_s) {
   uint64_t now = ezi_now_ns();
   pthread_mutex_lock(&p->mu);
@@ -832,8 +904,12 @@ json_t *ezi_pub_profile(ez_pub *p, double window_s) {
   json_t *j = ezi_pub_tel_json(p->tel_msgs, p->tel_bp, p->total_msgs, p->total_bytes, p->in_flight,
                                now, window_s);
   size_t nch = count_channels(p);
+  json_t *leases = leases_json(p);
   pthread_mutex_unlock(&p->mu);
-  if (!j) return NULL;
+  if (!j) {
+    json_decref(leases);
+    return NULL;
+  }
   json_object_set_new(j, "type", json_string("publisher"));
   json_object_set_new(j, "id", json_string(p->id));
   json_object_set_new(j, "topic", json_string(p->topic));
@@ -841,5 +917,7 @@ json_t *ezi_pub_profile(ez_pub *p, double window_s) {
   json_object_set_new(j, "num_buffers", json_integer(p->nbuf));
   json_object_set_new(j, "host", json_string(p->ctx->host));
   json_object_set_new(j, "num_channels", json_integer((json_int_t)nch));
+  /* Beyond the reference: which channel holds the leases of backpressure.in_flight */
+  if (leases) json_object_set_new(j, "leases", leases);
   return j;
 }

@@ -3,11 +3,16 @@
 #ifndef EZI_PUBLISHER_H
 #define EZI_PUBLISHER_H
 
+#include "acceptor.h"
 #include "context.h"
 #include "trace.h"
 #include "shmring.h"
 
 enum { PC_HANDSHAKE, PC_AWAIT_SHM, PC_READY };
+
+/* A channel connection must finish its handshake this soon after it was accepted, or it is
+ * closed: silent connections must not hold descriptors forever (pubserve.c). */
+#define EZI_PUB_HS_MS EZ_DEFAULT_TIMEOUT_MS
 
 /* Acks a window keeps before it frees entries on the I/O thread (pubwin.c). */
 #define EZI_WIN_MARKS 8
@@ -18,6 +23,7 @@ struct pub_chan {
   ezi_buf in;
   ezi_outbox out;
   int state;
+  uint64_t hs_timer; /* the handshake's deadline (EZI_PUB_HS_MS from the accept), 0: none */
   char id[37];
   uint64_t pid;
   bool shm_ok;
@@ -26,6 +32,7 @@ struct pub_chan {
   /* The shared-memory ring with an ezmsg-c channel that asked for one (shmring.h; pub->mu). */
   bool ring_wanted;  /* X_HELLO came: switch once it holds nothing */
   bool ring_on;      /* notices go through `ring`; its entries' refs say what it holds */
+  bool ring_cut;     /* the ring was truncated: its connection was shut down (publisher.c) */
   uint32_t ring_gen; /* the segment generation it was last told about */
   ezi_ring ring;
   char ring_name[EZI_SHM_NAME_MAX + 1];
@@ -65,6 +72,8 @@ struct ez_pub {
 
   /* channel server (I/O thread) */
   ezi_watch lw;
+  ezi_acceptor acc; /* accepts on lw without spinning when out of descriptors */
+  char acc_who[96];
   uint16_t port;
 
   pthread_mutex_t mu; /* everything below */

@@ -87,6 +87,7 @@ static void drained(void *arg) {
 static void chan_close(pub_chan *pc) {
   ez_pub *p = pc->pub;
   uint64_t now = ezi_tel_now();
+  if (pc->hs_timer) ezi_loop_cancel(p->ctx->loop, pc->hs_timer);
   pthread_mutex_lock(&p->mu);
   for (size_t i = 0; i < p->n_chans; i++) {
     if (p->chans[i] == pc) {
@@ -108,9 +109,17 @@ static void chan_close(pub_chan *pc) {
 }
 
 static void chan_error(pub_chan *pc, const char *what) {
-  EZI_WARN("publisher %s: channel %s: %s; closing it", pc->pub->topic, pc->id[0] ? pc->id : "?",
-           what);
+  /* Rate-limited: a peer can make as many connections as it likes. */
+  EZI_WARN_RL("publisher %s: channel %s: %s; closing it", pc->pub->topic, pc->id[0] ? pc->id : "?",
+              what);
   chan_close(pc);
+}
+
+/* The handshake's deadline: a connection that has not finished it is closed. */
+static void hs_expired(void *arg) {
+  pub_chan *pc = arg;
+  pc->hs_timer = 0;
+  if (pc->state != PC_READY) chan_error(pc, "did not finish the handshake in time");
 }
 
 /* Handshake frames; returns bytes used, 0 for more, -1 if pc was closed. */
@@ -179,6 +188,10 @@ static void on_chan(ezi_watch *w, uint32_t ev) {
       ezi_buf_consume(&pc->in, (size_t)used);
     }
     if (pc->state != PC_READY) continue;
+    if (pc->hs_timer) { /* done in time */
+      ezi_loop_cancel(p->ctx->loop, pc->hs_timer);
+      pc->hs_timer = 0;
+    }
     /* Acks: all that arrived, under one lock. */
     const uint8_t *h = ezi_buf_head(&pc->in);
     size_t avail = ezi_buf_pending(&pc->in), pos = 0;
@@ -217,12 +230,8 @@ static void on_chan(ezi_watch *w, uint32_t ev) {
 static void on_accept(ezi_watch *w, uint32_t ev) {
   ez_pub *p = w->arg;
   (void)ev;
-  for (;;) {
-    int fd = accept4(w->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
+  int fd;
+  while ((fd = ezi_accept(&p->acc)) >= 0) {
     ezi_sock_setup(fd);
     pub_chan *pc = calloc(1, sizeof *pc);
     if (pc) pc->t0 = calloc(p->nbuf, sizeof *pc->t0);
@@ -236,8 +245,10 @@ static void on_accept(ezi_watch *w, uint32_t ev) {
     ezi_outbox_init(&pc->out, &pc->w, EPOLLIN | EPOLLRDHUP);
     pc->out.on_drain = drained;
     pc->out.drain_arg = p;
+    pc->hs_timer = ezi_loop_timer(p->ctx->loop, ezi_now_ns() + (uint64_t)EZI_PUB_HS_MS * 1000000u,
+                                  hs_expired, pc);
     pthread_mutex_lock(&p->mu);
-    pub_chan **v = realloc(p->chans, (p->n_chans + 1) * sizeof *v);
+    pub_chan **v = pc->hs_timer ? realloc(p->chans, (p->n_chans + 1) * sizeof *v) : NULL;
     if (v) {
       p->chans = v;
       p->chans[p->n_chans++] = pc; /* receives nothing until PC_READY */
@@ -249,6 +260,7 @@ static void on_accept(ezi_watch *w, uint32_t ev) {
         p->n_chans--;
         pthread_mutex_unlock(&p->mu);
       }
+      if (pc->hs_timer) ezi_loop_cancel(p->ctx->loop, pc->hs_timer);
       free(pc->t0);
       free(pc);
       close(fd);
@@ -267,11 +279,15 @@ int ezi_pub_serve_start(ez_pub *p, int graph_fd, int listen_fd) {
     ezi_loop_del(&p->gw);
     return EZ_ESYS;
   }
+  snprintf(p->acc_who, sizeof p->acc_who, "publisher %.80s", p->topic);
+  ezi_acceptor_init(&p->acc, &p->lw, p->ctx->loop, p->acc_who); /* (on this thread: no accept
+                                                                 * runs before it) */
   return 0;
 }
 
 void ezi_pub_serve_stop(ez_pub *p) {
   if (p->local) ezi_chan_pub_gone(p->local);
+  ezi_acceptor_stop(&p->acc);
   ezi_loop_del(&p->lw);
   close(p->lw.fd);
   for (;;) {

@@ -4,6 +4,7 @@
  * receiver that finds nothing (trylock; it must not wait while holding its subscriber's lock), or
  * the I/O thread when a TX_SHM frame wakes it. Whatever the ring says is checked before use. */
 #include "channel.h"
+#include "shmguard.h"
 #include "subscriber.h"
 
 #include <stdlib.h>
@@ -72,8 +73,10 @@ static void gseg_add(chan *c, uint32_t gen, ezi_seg *seg) {
 }
 
 static void ring_broken(chan *c, const char *why) {
-  if (!c->ring_bad) EZI_WARN("channel %s: the publisher's ring %s; dropping the link", c->id, why);
-  c->ring_bad = true;
+  if (!ezi_ring_chan_bad(c))
+    EZI_WARN_RL("channel %s: the shared ring of publisher %s %s; dropping the link", c->id,
+                c->pub_id, why);
+  __atomic_store_n(&c->ring_bad, true, __ATOMIC_RELAXED);
 }
 
 /* One pass (pull_mu held): true if it brought anything; *stuck if a message waits for its
@@ -82,11 +85,18 @@ static bool pull_locked(chan *c, ez_sub *self, bool *stuck) {
   bool any = false;
   uint64_t p = __atomic_load_n(&c->ring.h->published, __ATOMIC_ACQUIRE);
   uint64_t id = __atomic_load_n(&c->published, __ATOMIC_RELAXED), now = 0;
-  if (p < id || p - id > c->nbuf) ring_broken(c, "announced messages out of its range");
-  for (; id < p && !c->ring_bad; id++) {
+  if (ezi_guard_tripped(&c->ring.tripped))
+    ring_broken(c, "was truncated under this process");
+  else if (p < id || p - id > c->nbuf)
+    ring_broken(c, "announced messages out of its range");
+  for (; id < p && !ezi_ring_chan_bad(c); id++) {
     uint32_t idx = (uint32_t)(id % c->nbuf);
     const ezi_ring_entry *e = &c->ring.e[idx];
-    ezi_seg *seg = gseg_find(c, e->gen);
+    /* The publisher's memory: each word read once (a plain load), then only that is used. */
+    uint32_t gen = __atomic_load_n(&e->gen, __ATOMIC_RELAXED);
+    uint64_t eid = __atomic_load_n(&e->msg_id, __ATOMIC_RELAXED);
+    uint64_t t0 = __atomic_load_n(&e->t0, __ATOMIC_RELAXED);
+    ezi_seg *seg = gseg_find(c, gen);
     if (!seg) { /* a new segment: the I/O thread attaches it when its TX_SHM comes */
       *stuck = true;
       break;
@@ -96,12 +106,14 @@ static bool pull_locked(chan *c, ez_sub *self, bool *stuck) {
       break;
     }
     ezi_unmarshalled um;
-    if (e->msg_id != id || ezi_unmarshal(ezi_seg_data(seg, idx), ezi_seg_room(seg), &um) ||
+    if (eid != id || ezi_unmarshal(ezi_seg_data(seg, idx), ezi_seg_room(seg), &um) ||
         um.msg_id != id || um.raw_pickle) {
-      ring_broken(c, "holds a message that is not the one announced");
+      ring_broken(c, ezi_guard_tripped(&seg->shm.tripped)
+                         ? "names a segment that was truncated under this process"
+                         : "holds a message that is not the one announced");
       break;
     }
-    if (!ezi_lchan_put(c, id, um.payload, um.payload_len, e->t0, seg, self)) {
+    if (!ezi_lchan_put(c, id, um.payload, um.payload_len, t0, seg, self)) {
       if (!now) now = ezi_tel_now();
       ezi_ring_chan_free(c, idx, id, now); /* nobody to take it */
     }
@@ -123,7 +135,7 @@ bool ezi_lchan_pull(chan *c, ez_sub *self, bool block) {
     /* A receiver that found the lock taken went to sleep counting on the holder: look again
      * for what was put meanwhile (the publisher did not wake anyone for it). */
     __atomic_thread_fence(SEQ);
-    if (stuck || c->ring_bad ||
+    if (stuck || ezi_ring_chan_bad(c) ||
         __atomic_load_n(&c->ring.h->published, SEQ) == __atomic_load_n(&c->published, SEQ))
       return any;
   }
@@ -132,7 +144,9 @@ bool ezi_lchan_pull(chan *c, ez_sub *self, bool block) {
 void ezi_lchan_ring_seg(chan *c, uint64_t msg_id) {
   pthread_mutex_lock(&c->pull_mu);
   const ezi_ring_entry *e = &c->ring.e[msg_id % c->nbuf];
-  if (e->msg_id == msg_id && c->seg) gseg_add(c, e->gen, c->seg);
+  uint64_t eid = __atomic_load_n(&e->msg_id, __ATOMIC_RELAXED);
+  uint32_t gen = __atomic_load_n(&e->gen, __ATOMIC_RELAXED);
+  if (eid == msg_id && c->seg) gseg_add(c, gen, c->seg);
   pthread_mutex_unlock(&c->pull_mu);
 }
 

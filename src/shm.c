@@ -2,10 +2,14 @@
 #include "shm.h"
 #include "internal.h"
 #include "le.h"
+#include "shmguard.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -56,6 +60,69 @@ static int sys_err(int e) {
   return (e == ENOMEM || e == ENOSPC || e == EFBIG) ? EZ_ENOMEM : EZ_ESYS;
 }
 
+/* ---- who may share our shared memory -------------------------------------------------------- */
+
+static pthread_once_t g_group_once = PTHREAD_ONCE_INIT;
+static gid_t g_group;
+static bool g_group_set;
+
+static void read_group(void) {
+  const char *e = getenv(EZI_SHM_GROUP_ENV);
+  if (!e || !*e) return;
+  char *end;
+  errno = 0;
+  unsigned long v = strtoul(e, &end, 10);
+  if (!errno && !*end && v < (unsigned long)(gid_t)-1) {
+    g_group = (gid_t)v;
+    g_group_set = true;
+    return;
+  }
+  struct group gr, *res = NULL;
+  char buf[4096];
+  if (getgrnam_r(e, &gr, buf, sizeof buf, &res) == 0 && res) {
+    g_group = res->gr_gid;
+    g_group_set = true;
+    return;
+  }
+  EZI_WARN("%s=%s: no such group; shared memory stays private to this user", EZI_SHM_GROUP_ENV, e);
+}
+
+int ezi_shm_check_fd(int fd, const char *name, struct stat *st) {
+  pthread_once(&g_group_once, read_group);
+  if (fstat(fd, st) != 0) {
+    EZI_WARN("fstat(%s) failed: %s", name, strerror(errno));
+    return EZ_ESYS;
+  }
+  bool mine = st->st_uid == geteuid(), group = g_group_set && st->st_gid == g_group;
+  const char *why = NULL;
+  if (!S_ISREG(st->st_mode))
+    why = "is not a regular file";
+  else if (!mine && !group)
+    why = "belongs to another user";
+  else if (st->st_mode & S_IRWXO)
+    why = "is open to every user";
+  else if ((st->st_mode & S_IRWXG) && !group)
+    why = "is open to its group";
+  if (!why) return 0;
+  EZI_WARN_RL("shared memory %s %s (uid %u, gid %u, mode 0%o; we are uid %u%s): not mapped", name,
+              why, (unsigned)st->st_uid, (unsigned)st->st_gid, (unsigned)(st->st_mode & 07777),
+              (unsigned)geteuid(), g_group_set ? ", sharing with a group" : "");
+  return EZ_EPROTO;
+}
+
+int ezi_shm_share_fd(int fd) {
+  pthread_once(&g_group_once, read_group);
+  if (!g_group_set) return 0;
+  if (fchown(fd, (uid_t)-1, g_group) || fchmod(fd, 0660)) {
+    EZI_WARN("cannot give shared memory to group %u (%s): %s", (unsigned)g_group, EZI_SHM_GROUP_ENV,
+             strerror(errno));
+    return EZ_ESYS;
+  }
+  return 0;
+}
+
+/* ---- segments ------------------------------------------------------------------------------ */
+
 int ezi_shm_create(uint64_t num_buffers, uint64_t buf_size, ezi_shm *out, int *hold_fd) {
   if (hold_fd) *hold_fd = -1;
   if (!out) return EZ_EINVAL;
@@ -88,6 +155,10 @@ int ezi_shm_create(uint64_t num_buffers, uint64_t buf_size, ezi_shm *out, int *h
   int rc = 0, e = 0;
   const char *what = NULL;
   uint8_t *base = MAP_FAILED;
+  if (ezi_shm_share_fd(fd)) {
+    e = EPERM, what = "fchown";
+    goto fail;
+  }
   /* The hold first: ezi_shm_sweep takes a name nobody holds only once it is EZI_SHM_STALE_S old. */
   while (hold_fd && flock(fd, LOCK_SH | LOCK_NB) != 0) {
     if (errno == EINTR) continue;
@@ -118,6 +189,7 @@ int ezi_shm_create(uint64_t num_buffers, uint64_t buf_size, ezi_shm *out, int *h
     *hold_fd = fd;
   else
     close(fd);
+  ezi_guard_add(base, (size_t)total, &out->tripped);
   ezi_put_u64le(base, num_buffers);
   ezi_put_u64le(base + 8, stride);
   memcpy(out->name, name, sizeof name);
@@ -155,11 +227,10 @@ int ezi_shm_attach(const char *name, ezi_shm *out) {
     return sys_err(e);
   }
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int e = errno;
-    EZI_WARN("fstat(%s) failed: %s", path, strerror(e));
+  int rc = ezi_shm_check_fd(fd, name, &st);
+  if (rc) {
     close(fd);
-    return EZ_ESYS;
+    return rc;
   }
   if (st.st_size < 16 || (uint64_t)st.st_size > SIZE_MAX) {
     EZI_DEBUG("segment %s: size %lld cannot hold a header", name, (long long)st.st_size);
@@ -174,11 +245,16 @@ int ezi_shm_attach(const char *name, ezi_shm *out) {
     EZI_WARN("mmap(%s, %zu bytes) failed: %s", path, size, strerror(e));
     return sys_err(e);
   }
-  uint64_t nb = ezi_get_u64le(base), stride = ezi_get_u64le(base + 8);
-  if (nb < 1 || stride < 16 || nb > UINT64_MAX / stride || nb * stride != (uint64_t)size) {
+  /* Guarded before the header is read: the file may have shrunk since fstat. */
+  ezi_guard_add(base, size, &out->tripped);
+  uint64_t nb = ezi_get_u64le_once(base), stride = ezi_get_u64le_once(base + 8);
+  if (nb < 1 || stride < 16 || nb > UINT64_MAX / stride || nb * stride != (uint64_t)size ||
+      ezi_guard_tripped(&out->tripped)) {
     EZI_DEBUG("segment %s: header (%llu buffers x %llu) does not match its size %zu", name,
               (unsigned long long)nb, (unsigned long long)stride, size);
+    ezi_guard_del(base);
     munmap(base, size);
+    out->tripped = 0;
     return EZ_EPROTO;
   }
   memcpy(out->name, name, strlen(name) + 1);
@@ -191,7 +267,10 @@ int ezi_shm_attach(const char *name, ezi_shm *out) {
 
 void ezi_shm_detach(ezi_shm *s) {
   if (!s) return;
-  if (s->base) munmap(s->base, s->size);
+  if (s->base) {
+    ezi_guard_del(s->base);
+    munmap(s->base, s->size);
+  }
   memset(s, 0, sizeof *s);
 }
 

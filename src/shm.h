@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "ezmsg/ezmsg.h"
+
 #define EZI_SHM_NAME_MAX 63               /* longest segment name we accept */
 #define EZI_SHM_MAX_BUFFERS 65536u        /* most buffers ezi_shm_create makes */
 #define EZI_SHM_MAX_BUF_SIZE (1ull << 40) /* largest buf_size ezi_shm_create accepts */
@@ -25,7 +27,28 @@ typedef struct ezi_shm {
   uint8_t *base;                   /* the whole segment, mapped read-write */
   size_t size;                     /* num_buffers * stride */
   uint64_t num_buffers, stride;
+  /* Atomic: 1 once a process truncated the segment under our mapping and an access faulted
+   * (shmguard.h): the mapping reads zeros from there on. Set by the SIGBUS handler; the struct
+   * must not move while mapped (it is registered by address). */
+  uint32_t tripped;
 } ezi_shm;
+
+/* Who may share our segments and rings: by default only processes of our effective uid (mode
+ * 0600). $EZMSG_SHM_GROUP=<gid or group name> opens a graph to a group: what we create gets that
+ * group and mode 0660, and what we map may belong to that group (read once per process). */
+#define EZI_SHM_GROUP_ENV EZ_SHM_GROUP_ENV
+
+/* Whether the file open as fd, named `name` by a peer, is ours to map: a regular file of our
+ * effective uid without permissions for group or others, or, with $EZMSG_SHM_GROUP, a file of
+ * that group without permissions for others. Refusing a file someone else can write or shrink is
+ * what keeps another local user from crashing or feeding us. 0 (st gets its fstat), or
+ * EZ_EPROTO after logging a line that says why (rate-limited), EZ_ESYS if fstat fails. */
+struct stat;
+int ezi_shm_check_fd(int fd, const char *name, struct stat *st);
+
+/* A creator's part of the same rule: with $EZMSG_SHM_GROUP the new file at fd goes to that group
+ * with mode 0660 (else it stays as created, 0600). 0 or EZ_ESYS (logged). */
+int ezi_shm_share_fd(int fd);
 
 /* Creates a new segment named EZI_SHM_PREFIX + 8 random lower-case hex digits (shm_open
  * O_CREAT|O_EXCL, mode 0600, a new name on EEXIST), sizes it, reserves its memory (so a full
@@ -67,10 +90,12 @@ int ezi_shm_sweep_names(bool (*match)(const char *name), time_t min_age_s, const
 
 /* Opens and maps the existing segment `name` read-write and validates its header against its
  * size: size >= 16, num_buffers >= 1, stride >= 16 and num_buffers * stride == size (no
- * overflow). Returns EZ_EINVAL unless name is 1..63 characters of [A-Za-z0-9_.-] (not "." or
- * ".."), EZ_ENOENT if no such segment exists, EZ_EPROTO if the header is inconsistent, EZ_ENOMEM
- * if it cannot be mapped for lack of memory, EZ_ESYS otherwise (logged). *out is zeroed on
- * failure. Works on segments created by Python ezmsg (multiprocessing.shared_memory). */
+ * overflow). The file must pass ezi_shm_check_fd first. The mapping is guarded against
+ * truncation (shmguard.h; out->tripped). Returns EZ_EINVAL unless name is 1..63 characters of
+ * [A-Za-z0-9_.-] (not "." or ".."), EZ_ENOENT if no such segment exists, EZ_EPROTO if the header
+ * is inconsistent or the file is not ours, EZ_ENOMEM if it cannot be mapped for lack of memory,
+ * EZ_ESYS otherwise (logged). *out is zeroed on failure. Works on segments created by Python
+ * ezmsg (multiprocessing.shared_memory: mode 0600). */
 int ezi_shm_attach(const char *name, ezi_shm *out);
 
 /* Start of buffer i's data block (i < num_buffers): base + i*stride + 16. */

@@ -1,6 +1,7 @@
 /* The shared-memory notice ring between an ezmsg-c publisher and an ezmsg-c channel (shmring.h). */
 #include "shmring.h"
 #include "internal.h"
+#include "shmguard.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -64,7 +65,8 @@ int ezi_ring_create(uint32_t nbuf, ezi_ring *out, char name[EZI_SHM_NAME_MAX + 1
     if (fd < 0) break;
     void *base = MAP_FAILED;
     /* The hold (ezi_shm_sweep_names): the mapping keeps it after the descriptor is closed. */
-    if (flock(fd, LOCK_SH | LOCK_NB) == 0 && posix_fallocate(fd, 0, (off_t)size) == 0)
+    if (!ezi_shm_share_fd(fd) && flock(fd, LOCK_SH | LOCK_NB) == 0 &&
+        posix_fallocate(fd, 0, (off_t)size) == 0)
       base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (base == MAP_FAILED) {
@@ -73,6 +75,7 @@ int ezi_ring_create(uint32_t nbuf, ezi_ring *out, char name[EZI_SHM_NAME_MAX + 1
       return EZ_ENOMEM;
     }
     map_into(base, size, nbuf, out);
+    ezi_guard_add(base, size, &out->tripped);
     out->h->num_buffers = nbuf;
     __atomic_store_n(&out->h->magic, EZI_RING_MAGIC, __ATOMIC_RELEASE);
     return 0;
@@ -97,13 +100,16 @@ int ezi_ring_attach(const char *name, size_t n, uint32_t nbuf, ezi_ring *out) {
   size_t size = ring_size(nbuf);
   struct stat st;
   void *base = MAP_FAILED;
-  if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == size)
+  int rc = ezi_shm_check_fd(fd, path + 1, &st); /* not ours: not mapped, and not unlinked */
+  if (!rc && (uint64_t)st.st_size == size)
     base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
-  if (base == MAP_FAILED) return EZ_EPROTO;
+  if (base == MAP_FAILED) return rc == EZ_ESYS ? rc : EZ_EPROTO;
   map_into(base, size, nbuf, out);
+  ezi_guard_add(base, size, &out->tripped); /* before the first read: it may have shrunk */
   if (__atomic_load_n(&out->h->magic, __ATOMIC_ACQUIRE) != EZI_RING_MAGIC ||
-      out->h->num_buffers != nbuf) {
+      __atomic_load_n(&out->h->num_buffers, __ATOMIC_RELAXED) != nbuf ||
+      ezi_guard_tripped(&out->tripped)) {
     ezi_ring_detach(out);
     return EZ_EPROTO;
   }
@@ -114,6 +120,9 @@ int ezi_ring_attach(const char *name, size_t n, uint32_t nbuf, ezi_ring *out) {
 }
 
 void ezi_ring_detach(ezi_ring *r) {
-  if (r->h) munmap(r->h, r->size);
+  if (r->h) {
+    ezi_guard_del(r->h);
+    munmap(r->h, r->size);
+  }
   *r = (ezi_ring){0};
 }

@@ -47,6 +47,7 @@ typedef struct ezi_ring {
   ezi_ring_entry *e;
   size_t size;
   uint32_t nbuf;
+  uint32_t tripped; /* atomic: the file was truncated under the mapping (shmguard.h, as ezi_shm) */
 } ezi_ring;
 
 /* Creates and maps a ring for num_buffers slots under a new name ("psm_r" + this process's pid +
@@ -56,9 +57,11 @@ typedef struct ezi_ring {
  * (ezi_ring_sweep(EZI_SHM_STALE_S)). */
 int ezi_ring_create(uint32_t num_buffers, ezi_ring *out, char name[EZI_SHM_NAME_MAX + 1]);
 
-/* Maps the ring `name` (n bytes, not NUL-terminated), checks that it is one for num_buffers slots
- * (size and magic), and only then removes the name. EZ_EPROTO if it is not such a ring or not a
- * valid name, EZ_ENOENT / EZ_ESYS otherwise. */
+/* Maps the ring `name` (n bytes, not NUL-terminated), checks that it is ours (ezi_shm_check_fd:
+ * a ring another user could write or shrink is refused before it is mapped or unlinked) and one
+ * for num_buffers slots (size and magic), and only then removes the name. The mapping is guarded
+ * against truncation (out->tripped). EZ_EPROTO if it is not such a ring or not a valid name,
+ * EZ_ENOENT / EZ_ESYS otherwise. `out` must not move while mapped. */
 int ezi_ring_attach(const char *name, size_t n, uint32_t num_buffers, ezi_ring *out);
 
 /* Removes from /dev/shm the ring names (only those: the name's shape above) of this user that

@@ -22,6 +22,7 @@
  * stays valid), so chunks hold at most the unacknowledged messages' bytes, their frame headers
  * and the unused ends of two chunks; a chunk is reused once no member holds a message in it. */
 #include "channel.h"
+#include "rxbudget.h"
 #include "txframe.h"
 
 #include <stdlib.h>
@@ -92,6 +93,12 @@ int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes
 
 static uint8_t *chunk_data(struct ezi_chunk *k) { return (uint8_t *)(k + 1); }
 
+/* Frees a chunk and uncounts it (rxbudget.h). */
+static void chunk_free(chan *c, struct ezi_chunk *k) {
+  ezi_rx_give(&c->rx_bytes, sizeof *k + k->cap);
+  free(k);
+}
+
 /* A chunk for `need` bytes and a read after them, `have` of which arrived already: the spare one
  * freed last that is large enough (warm in this thread's cache), or a new one. A new one for a
  * frame larger than a chunk grows with what arrived (twice that, plus a chunk), so that a header
@@ -112,8 +119,15 @@ static struct ezi_chunk *chunk_new(chan *c, size_t need, size_t have) {
    * made it grow a new one from scratch (test_channel_large_reuse saw 4 allocations where 3 are
    * the most, in 1 run of ~30, depending on how much each read had brought). */
   if (cap < want && cap >= need) cap = want;
+  if (ezi_rx_take(&c->rx_bytes, sizeof(struct ezi_chunk) + cap)) {
+    c->rx_refused = true; /* the caller's EZ_EMSGSIZE */
+    return NULL;
+  }
   struct ezi_chunk *k = malloc(sizeof *k + cap);
-  if (k) k->cap = cap;
+  if (k)
+    k->cap = cap;
+  else
+    ezi_rx_give(&c->rx_bytes, sizeof *k + cap);
   return k;
 }
 
@@ -133,10 +147,10 @@ static void chunk_recycle(chan *c, struct ezi_chunk *k) {
     }
     *p = s->next;
     c->spare_bytes -= s->cap;
-    free(s);
+    chunk_free(c, s);
   }
   if (c->spare_bytes + k->cap > limit) {
-    free(k);
+    chunk_free(c, k);
     return;
   }
   k->next = c->spare_chunks;
@@ -154,7 +168,7 @@ static void chunk_retire(chan *c) {
     if (k->cap == EZI_CHUNK_BYTES)
       chunk_recycle(c, k);
     else
-      free(k);
+      chunk_free(c, k);
     return;
   }
   k->last = c->wnext - 1;
@@ -203,7 +217,7 @@ static int chunk_next(chan *c, size_t need) {
     return 0;
   }
   struct ezi_chunk *k = chunk_new(c, need, pend);
-  if (!k) return EZ_ENOMEM;
+  if (!k) return c->rx_refused ? EZ_EMSGSIZE : EZ_ENOMEM;
   if (pend) memcpy(chunk_data(k), b->data + b->off, pend);
   chunk_retire(c);
   c->cur = k;
@@ -215,9 +229,11 @@ static int chunk_next(chan *c, size_t need) {
 int ezi_tcpring_chunk_start(chan *c) {
   size_t pend = ezi_buf_pending(&c->pin);
   struct ezi_chunk *k = chunk_new(c, pend, pend);
-  if (!k) return EZ_ENOMEM;
+  if (!k) return c->rx_refused ? EZ_EMSGSIZE : EZ_ENOMEM;
   if (pend) memcpy(chunk_data(k), ezi_buf_head(&c->pin), pend);
   ezi_buf_free(&c->pin);
+  ezi_rx_give(&c->rx_bytes, c->pin_acct); /* from now on the chunks are counted instead */
+  c->pin_acct = 0;
   c->retired_tail = &c->retired;
   c->cur = k;
   c->cur_first = c->wnext;
@@ -348,11 +364,11 @@ void ezi_tcpring_free(chan *c) {
   c->pin = (ezi_buf){0};
   for (struct ezi_chunk *k = c->retired, *n; k; k = n) {
     n = k->next;
-    free(k);
+    chunk_free(c, k);
   }
   for (struct ezi_chunk *k = c->spare_chunks, *n; k; k = n) {
     n = k->next;
-    free(k);
+    chunk_free(c, k);
   }
   c->retired = c->spare_chunks = NULL;
   c->retired_tail = &c->retired;

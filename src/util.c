@@ -1,6 +1,7 @@
 /* Errors, logging, time and ids: the few things every other file needs. */
 #include "internal.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,40 @@ void ezi_log(int level, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
+  g_sink(g_sink_user, level, line);
+}
+
+bool ezi_ratelimit_pass(ezi_ratelimit *rl, uint64_t now, uint32_t *suppressed) {
+  if (!rl->start || now - rl->start >= EZI_RL_WINDOW_NS) { /* a new window */
+    rl->start = now ? now : 1;
+    rl->printed = 0;
+  }
+  if (rl->printed >= EZI_RL_BURST) {
+    if (rl->suppressed < UINT32_MAX) rl->suppressed++;
+    return false;
+  }
+  rl->printed++;
+  *suppressed = rl->suppressed;
+  rl->suppressed = 0;
+  return true;
+}
+
+static pthread_mutex_t g_rl_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void ezi_log_rl(ezi_ratelimit *rl, int level, const char *fmt, ...) {
+  if (!ezi_log_enabled(level)) return;
+  uint32_t dropped = 0;
+  pthread_mutex_lock(&g_rl_mu);
+  bool pass = ezi_ratelimit_pass(rl, ezi_now_ns(), &dropped);
+  pthread_mutex_unlock(&g_rl_mu);
+  if (!pass) return;
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (dropped && n >= 0 && (size_t)n < sizeof line)
+    snprintf(line + n, sizeof line - (size_t)n, " (%u more like it suppressed)", (unsigned)dropped);
   g_sink(g_sink_user, level, line);
 }
 

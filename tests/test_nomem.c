@@ -1,8 +1,9 @@
 /* Out of memory on the data path. This binary is linked with
  * -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc (tests/CMakeLists.txt): every malloc, calloc and
- * realloc of the library and of this file goes through the wrappers below. malloc and calloc fail
- * the next `g_fail_count` allocations of exactly `g_fail_size` bytes (a size no other allocation
- * here has, so the failure lands where the test aims it); realloc fails the next
+ * realloc of the library and of this file goes through the wrappers below. malloc, calloc and
+ * realloc fail the next `g_fail_count` allocations of exactly `g_fail_size` bytes (a size no other
+ * allocation here has, so the failure lands where the test aims it: a message read straight into
+ * its buffer grows it to exactly its size with realloc); realloc also fails the next
  * `g_realloc_fails` calls for REALLOC_FAIL_MIN bytes or more made by a thread that asked for it
  * (t_realloc_fail).
  *
@@ -73,6 +74,7 @@ static int g_realloc_failed;                    /* atomic: failures made */
 static size_t g_realloc_min = REALLOC_FAIL_MIN; /* atomic: ... of this many bytes or more */
 
 void *__wrap_realloc(void *p, size_t n) {
+  if (fail_this(n)) return NULL; /* a buffer that grows to that size (chanlink.c's direct read) */
   if (t_realloc_fail && n >= __atomic_load_n(&g_realloc_min, __ATOMIC_SEQ_CST) &&
       __atomic_sub_fetch(&g_realloc_fails, 1, __ATOMIC_SEQ_CST) >= 0) {
     __atomic_add_fetch(&g_realloc_failed, 1, __ATOMIC_SEQ_CST);

@@ -267,6 +267,37 @@ static void test_malformed(void **state) {
   }
 }
 
+/* Ours: a publisher's "leases" name the channels that hold its messages in flight. */
+static void test_leases(void **state) {
+  (void)state;
+  const char *doc =
+      "{\"publishers\": [{\"id\": \"p\", \"backpressure\": {\"in_flight\": 33}, \"leases\": ["
+      "{\"channel_id\": \"c1\", \"pid\": 424242, \"mode\": \"tcp\", \"in_flight\": 32},"
+      "{\"channel_id\": \"c2\", \"pid\": 7, \"mode\": \"local\", \"in_flight\": 1}, {}]},"
+      "{\"id\": \"python\"}], \"channels\": []}";
+  ez_profile_data d;
+  assert_int_equal(ez_profile_parse(doc, &d), 0);
+  assert_int_equal(d.n_publishers, 2);
+  const ez_profile_pub *p = &d.publishers[0];
+  assert_int_equal(p->n_leases, 3);
+  assert_string_equal(p->leases[0].channel_id, "c1");
+  assert_int_equal(p->leases[0].pid, 424242);
+  assert_string_equal(p->leases[0].mode, "tcp");
+  assert_int_equal(p->leases[0].in_flight, 32);
+  assert_string_equal(p->leases[1].mode, "local");
+  assert_int_equal(p->leases[1].in_flight, 1);
+  assert_null(p->leases[2].channel_id); /* absent fields: zero */
+  assert_int_equal(p->leases[2].in_flight, 0);
+  assert_int_equal(d.publishers[1].n_leases, 0); /* the reference's: none */
+  assert_null(d.publishers[1].leases);
+  ez_profile_data_free(&d);
+  /* Present, they must be an array of objects. */
+  assert_int_equal(ez_profile_parse("{\"publishers\": [{\"leases\": 1}], \"channels\": []}", &d),
+                   EZ_EPROTO);
+  assert_int_equal(ez_profile_parse("{\"publishers\": [{\"leases\": [2]}], \"channels\": []}", &d),
+                   EZ_EPROTO);
+}
+
 static void test_bad_arguments(void **state) {
   (void)state;
   ez_profile_data d;
@@ -417,7 +448,7 @@ int main(void) {
       cmocka_unit_test(test_empty_document),     cmocka_unit_test(test_wrong_types),
       cmocka_unit_test(test_malformed),          cmocka_unit_test(test_bad_arguments),
       cmocka_unit_test(test_data_free),          cmocka_unit_test(test_roundtrip_our_builders),
-      cmocka_unit_test(test_out_of_memory),
+      cmocka_unit_test(test_out_of_memory),      cmocka_unit_test(test_leases),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,12 @@
  * - Strings returned through `char **` out-parameters are owned by the caller (free()).
  *   Strings returned as `const char *` from an object are owned by that object and live as long
  *   as it does.
+ * - Process-wide effects: the first mapping of shared memory installs a SIGBUS handler (a peer
+ *   that truncates a segment under us must not kill the process: the mapping is repaired with
+ *   zeroed memory and the link dropped; a SIGBUS anywhere else goes to the handler installed
+ *   before, or kills the process as it would have). An application that installs its own SIGBUS
+ *   handler afterwards must chain to the previous one. ez_context_open and ez_server_start raise
+ *   the soft limit on open files to the hard limit (at most 2^20).
  */
 #ifndef EZMSG_EZMSG_H
 #define EZMSG_EZMSG_H
@@ -54,6 +60,33 @@ extern "C" {
 /* Forces the wire dialect of this process's clients and graph servers: "profiling", "released" or
  * "auto" (the default: decided per peer). See the dialects below. */
 #define EZ_DIALECT_ENV "EZMSG_DIALECT"
+/* Limits against hostile or broken peers (docs/architecture.md, "Hostile peers"). Each is read
+ * once per process from the environment; a bad value is logged and the default used.
+ * - EZMSG_SHM_GROUP=<gid or group name>: share shared memory with that group (created with that
+ *   group and mode 0660; mapped if it belongs to us or to that group). Default: only segments and
+ *   rings of our own effective uid without group or other permissions are mapped.
+ * - EZMSG_RX_LINK_MB (default 1152: the largest TCP message, 1 GiB, and some) and
+ *   EZMSG_RX_PROCESS_MB (default 2048): the memory one link,
+ *   and all links of a process, may hold for TCP messages from publishers (being received, or
+ *   received and not yet released, and spare buffers). Memory is taken as bytes arrive, never as
+ *   a frame's header announces; a link that would go beyond either is dropped (and joined again
+ *   later).
+ * - EZMSG_FRAME_TIMEOUT_MS (default 30000): how long a publisher's frame may stay incomplete on a
+ *   link before the link is dropped.
+ * - EZMSG_SHM_SEGMENT_MB (default 4096) and EZMSG_SHM_TOTAL_MB (default half the size of
+ *   /dev/shm): the graph server's largest segment, and what the segments it creates for the
+ *   clients of one host may take in all. SHM_CREATE beyond them is refused (the connection
+ *   closed, which ez_shm_create reports as EZ_EINVAL; a publisher then sends over TCP). */
+#define EZ_SHM_GROUP_ENV "EZMSG_SHM_GROUP"
+#define EZ_RX_LINK_ENV "EZMSG_RX_LINK_MB"
+#define EZ_RX_LINK_DEFAULT_MB 1152
+#define EZ_RX_PROCESS_ENV "EZMSG_RX_PROCESS_MB"
+#define EZ_RX_PROCESS_DEFAULT_MB 2048
+#define EZ_FRAME_TIMEOUT_ENV "EZMSG_FRAME_TIMEOUT_MS"
+#define EZ_FRAME_TIMEOUT_DEFAULT_MS 30000
+#define EZ_SHM_SEGMENT_MAX_ENV "EZMSG_SHM_SEGMENT_MB"
+#define EZ_SHM_SEGMENT_MAX_DEFAULT_MB 4096
+#define EZ_SHM_TOTAL_MAX_ENV "EZMSG_SHM_TOTAL_MB"
 #define EZ_MAX_CONTROL_STR (1u << 20) /* longest string accepted on a control link */
 #define EZ_DEFAULT_TIMEOUT_MS 5000    /* default for one-shot graph requests */
 
@@ -388,6 +421,14 @@ typedef struct ez_latency {
   uint64_t in_flight;
 } ez_latency;
 
+/* What one channel of a publisher holds, as the publisher sees it (ours only: "leases"). */
+typedef struct ez_profile_lease {
+  char *channel_id;   /* as the channel named itself in its handshake */
+  int64_t pid;        /* the process it said it is in */
+  char *mode;         /* "local", "shm" or "tcp" */
+  uint64_t in_flight; /* messages sent to it and not acknowledged yet */
+} ez_profile_lease;
+
 typedef struct ez_profile_pub {
   char *id, *topic, *host;
   int64_t pid;
@@ -395,6 +436,8 @@ typedef struct ez_profile_pub {
   double window_s, message_rate_hz, byte_rate_per_s;
   uint64_t messages_total, messages_window, bytes_total, bytes_window;
   ez_latency backpressure;
+  size_t n_leases; /* its channels (ours only): who holds backpressure.in_flight */
+  ez_profile_lease *leases;
 } ez_profile_pub;
 
 typedef struct ez_profile_subscriber {

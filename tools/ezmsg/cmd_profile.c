@@ -237,6 +237,24 @@ static void pub_row(FILE *f, const ez_profile_pub *p, size_t matched) {
   row(f, p->topic ? p->topic : p->id, v, last);
 }
 
+/* Under an ezmsg-c publisher with messages in flight: one row per channel holding some, named
+ * by the channel's id (and pid) as the publisher knows it, whether or not that channel answers
+ * the profile itself (a channel that never acknowledges holds the publisher up: docs/profiling.md).
+ * The count is in the last column. */
+static void lease_rows(FILE *f, const ez_profile_pub *p) {
+  for (size_t i = 0; i < p->n_leases; i++) {
+    const ez_profile_lease *l = &p->leases[i];
+    if (!l->in_flight) continue;
+    char name[4 * NAME_W + 1], last[48];
+    snprintf(name, sizeof name, "  held by %.36s", l->channel_id ? l->channel_id : "?");
+    double pid = (double)l->pid;
+    const double *v[6] = {NULL, NULL, NULL, NULL, NULL, &pid};
+    snprintf(last, sizeof last, "%llu %s", (unsigned long long)l->in_flight,
+             l->mode ? l->mode : "?");
+    row(f, name, v, last);
+  }
+}
+
 static void sub_rows(FILE *f, const ez_profile_channel *c) {
   for (size_t j = 0; j < c->n_subscribers; j++) {
     const ez_profile_subscriber *s = &c->subscribers[j];
@@ -293,6 +311,7 @@ static void print_table(const ez_profile_data *d, const char *addr, FILE *f) {
     for (size_t k = 0; k < d->n_channels; k++)
       matched += same(d->channels[k].pub_id, p->id);
     pub_row(f, p, matched);
+    lease_rows(f, p);
     for (size_t k = 0; k < d->n_channels; k++) {
       if (shown[k] || !same(d->channels[k].pub_id, p->id)) continue;
       shown[k] = true;
@@ -318,7 +337,8 @@ static void print_table(const ez_profile_data *d, const char *addr, FILE *f) {
   free(order);
   free(shown);
   fputs("ms: publishers: backpressure (message sent -> released by every channel);\n"
-        "    subscribers: processing (message handed over -> released)\n",
+        "    subscribers: processing (message handed over -> released);\n"
+        "    held by: a channel (its id, pid) with that many messages of the publisher in flight\n",
         f);
 }
 
