@@ -38,8 +38,8 @@ static void trace_members(chan *c, json_t *j) {
   pthread_mutex_unlock(&c->mu);
   for (size_t i = 0; subs && i < n; i++) { /* (the I/O thread: none is destroyed meanwhile) */
     if (!subs[i]) continue;
-    ezi_trace *t = ezi_tracectl_poll(c->ctx, &subs[i]->trace, ez_sub_topic(subs[i]),
-                                     ez_sub_id(subs[i]));
+    ezi_trace *t =
+        ezi_tracectl_poll(c->ctx, &subs[i]->trace, ez_sub_topic(subs[i]), ez_sub_id(subs[i]));
     json_t *o = ezi_tracectl_json(t);
     if (!o) continue;
     if (!all) all = json_array();
@@ -48,8 +48,9 @@ static void trace_members(chan *c, json_t *j) {
     json_decref(o);
   }
   free(subs);
-  json_object_set_new(j, "trace", json_pack("{sosI}", "samples", all ? all : json_array(),
-                                            "dropped", (json_int_t)dropped));
+  json_object_set_new(
+      j, "trace",
+      json_pack("{sosI}", "samples", all ? all : json_array(), "dropped", (json_int_t)dropped));
 }
 
 static void on_graph(ezi_watch *w, uint32_t ev) {

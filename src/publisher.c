@@ -780,10 +780,35 @@ static void send_slot(ez_pub *p, size_t len, const uint8_t *local_data, const ui
   p->next_id++;
 }
 
-/* Takes the next slot with room for len payload bytes (p->mu held on success). */
-static int take_slot(ez_pub *p, size_t len, int timeout_ms) {
+/* ---- traces (trace.h): while a tool asks for them, and only then ---------------------------- */
+
+/* Whether p is traced now (one load of a field of p's while it is not). */
+static inline uint32_t traced(const ez_pub *p) {
+  ezi_trace *t = __atomic_load_n(&p->trace, __ATOMIC_RELAXED);
+  return EZI_UNLIKELY(t != NULL) ? __atomic_load_n(&t->on, __ATOMIC_RELAXED) : 0;
+}
+
+/* Message id was sent (p->mu held): the time since the previous one, and how long this one
+ * waited for its slot (wait_from: when it began to, 0 if it did not). */
+static __attribute__((noinline)) void trace_sent(ez_pub *p, uint64_t id, uint64_t wait_from) {
+  ezi_trace *t = p->trace;
+  uint32_t on = __atomic_load_n(&t->on, __ATOMIC_RELAXED);
+  uint64_t now = ezi_now_ns();
+  uint64_t last = t->last_ns;
+  t->last_ns = now;
+  if (!ezi_trace_pick(t)) return;
+  if (on & EZI_TM_PUBLISH_DELTA)
+    ezi_trace_add(t, EZI_TM_PUBLISH_DELTA, now, last ? (double)(now - last) : 0, id, -1);
+  if ((on & EZI_TM_BACKPRESSURE_WAIT) && wait_from)
+    ezi_trace_add(t, EZI_TM_BACKPRESSURE_WAIT, now, (double)(now - wait_from), id, -1);
+}
+
+/* Takes the next slot with room for len payload bytes (p->mu held on success). *wait_from gets
+ * when it began to wait for it, while p is traced (else, and if it did not wait, 0). */
+static int take_slot(ez_pub *p, size_t len, int timeout_ms, uint64_t *wait_from) {
   if (p->loaned) return EZ_EINVAL;
   uint64_t deadline = 0;
+  *wait_from = traced(p) ? ezi_now_ns() : 0;
   pthread_mutex_lock(&p->mu);
   uint64_t bytes = (uint64_t)len + EZI_MARSHAL_BYTES_HDR;
   int rc = wait_slot(p, bytes, timeout_ms, &deadline);
@@ -796,12 +821,14 @@ static int take_slot(ez_pub *p, size_t len, int timeout_ms) {
     if (!rc) rc = wait_slot(p, bytes, timeout_ms, &deadline); /* grow dropped the lock */
   }
   if (rc) pthread_mutex_unlock(&p->mu);
+  if (!deadline) *wait_from = 0; /* (it never waited: the deadline is read only then) */
   return rc;
 }
 
 int ez_publish(ez_pub *p, const void *data, size_t len, int timeout_ms) {
   if (!p || (!data && len)) return EZ_EINVAL;
-  int rc = take_slot(p, len, timeout_ms);
+  uint64_t wait_from;
+  int rc = take_slot(p, len, timeout_ms, &wait_from);
   if (rc) return rc;
   uint8_t *hot = ezi_pub_hot_take(p, p->next_id, len); /* only this process reads it */
   /* Only X_TCP frames read it: they copy from the caller's buffer, one copy fewer. */
@@ -809,14 +836,17 @@ int ez_publish(ez_pub *p, const void *data, size_t len, int timeout_ms) {
   uint8_t *slot = ezi_seg_data(p->seg, p->next_id % p->nbuf);
   if (len && !direct) memcpy(hot ? hot : slot + EZI_MARSHAL_BYTES_HDR, data, len);
   send_slot(p, len, hot, direct);
+  if (EZI_UNLIKELY(traced(p))) trace_sent(p, p->next_id - 1, wait_from);
   pthread_mutex_unlock(&p->mu);
   return 0;
 }
 
 int ez_pub_loan(ez_pub *p, size_t len, void **buf, int timeout_ms) {
   if (!p || !buf) return EZ_EINVAL;
-  int rc = take_slot(p, len, timeout_ms);
+  uint64_t wait_from;
+  int rc = take_slot(p, len, timeout_ms, &wait_from);
   if (rc) return rc;
+  p->loan_wait_from = wait_from;
   *buf = ezi_seg_data(p->seg, p->next_id % p->nbuf) + EZI_MARSHAL_BYTES_HDR;
   p->loaned = true;
   p->loan_len = len;
@@ -833,6 +863,7 @@ int ez_pub_commit(ez_pub *p, size_t len) {
     return EZ_ECLOSED;
   }
   send_slot(p, len, NULL, NULL);
+  if (EZI_UNLIKELY(traced(p))) trace_sent(p, p->next_id - 1, p->loan_wait_from);
   pthread_mutex_unlock(&p->mu);
   return 0;
 }

@@ -61,7 +61,8 @@ struct ez_pub {
   char *topic;
   ez_pub_opts opts;
   uint32_t nbuf;
-  ezi_trace *trace; /* atomic: set once a tool traces it (trace.h), else NULL */
+  ezi_trace *trace;        /* atomic: set once a tool traces it (trace.h), else NULL */
+  uint64_t loan_wait_from; /* a loan's wait for its slot, while traced (0: none) */
 
   /* graph link (I/O thread) */
   ezi_watch gw;

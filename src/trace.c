@@ -59,8 +59,8 @@ void ezi_trace_add(ezi_trace *t, uint8_t metric, uint64_t now_ns, double value, 
     t->n--;
     t->dropped++;
   }
-  t->ring[(t->head + t->n++) % EZI_TRACE_MAX] =
-      (ezi_trace_sample){.t_ns = now_ns, .value = value, .seq = seq, .metric = metric, .kind = kind};
+  t->ring[(t->head + t->n++) % EZI_TRACE_MAX] = (ezi_trace_sample){
+      .t_ns = now_ns, .value = value, .seq = seq, .metric = metric, .kind = kind};
   pthread_mutex_unlock(&t->mu);
 }
 

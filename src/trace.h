@@ -43,7 +43,7 @@ typedef struct ezi_trace {
   pthread_mutex_t mu;
   ezi_trace_sample *ring; /* EZI_TRACE_MAX, allocated at the first enable */
   size_t head, n;
-  uint64_t dropped; /* samples the oldest-first rule took away, in all */
+  uint64_t dropped;  /* samples the oldest-first rule took away, in all */
   uint64_t until_ns; /* tracing stops here (0: no deadline); the I/O thread's (tracectl.c) */
   char *topic, *eid; /* the endpoint's topic, and its 3.9 endpoint id "topic:id" */
 } ezi_trace;

@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define POLL_MS 100      /* how often the profiling dialect is polled */
+#define POLL_MS 100            /* how often the profiling dialect is polled */
 #define RENEW_NS 2000000000ull /* how often 3.9 processes are asked again (their ttl: 3x that) */
 #define TTL_S 6.0
 
@@ -84,8 +84,8 @@ static int entry_samples(const json_t *e, const char *const *topics, size_t n, e
   return 0;
 }
 
-static int trace_profiling(const char *address, const char *const *topics, size_t n,
-                           ez_trace_fn fn, void *user, volatile int *stop, uint64_t end) {
+static int trace_profiling(const char *address, const char *const *topics, size_t n, ez_trace_fn fn,
+                           void *user, volatile int *stop, uint64_t end) {
   uint64_t dropped = 0;
   while (!stopped(stop, end)) {
     uint64_t t0 = ezi_now_ns();
@@ -186,8 +186,8 @@ static int open_stream(const char *address) {
   return fd;
 }
 
-static int trace_released(const char *address, const char *const *topics, size_t n,
-                          ez_trace_fn fn, void *user, volatile int *stop, uint64_t end) {
+static int trace_released(const char *address, const char *const *topics, size_t n, ez_trace_fn fn,
+                          void *user, volatile int *stop, uint64_t end) {
   int fd = open_stream(address);
   if (fd < 0) return fd;
   control_all(address, topics, n, true);
@@ -210,7 +210,8 @@ static int trace_released(const char *address, const char *const *topics, size_t
     if (!rc) rc = ezi_io_read(fd, pk, (size_t)len, ezi_deadline(EZ_DEFAULT_TIMEOUT_MS));
     ezi_pk_doc *d = NULL;
     ezi_m39_trace_stream_batch sb;
-    if (!rc) rc = ezi_m39_load(&EZI_M39_PROFILING_TRACE_STREAM_BATCH, pk, (size_t)len, &d, &sb, NULL);
+    if (!rc)
+      rc = ezi_m39_load(&EZI_M39_PROFILING_TRACE_STREAM_BATCH, pk, (size_t)len, &d, &sb, NULL);
     free(pk);
     for (size_t i = 0; !rc && !quit && i < sb.n_batches; i++) {
       const ezi_m39_trace_batch *b = &sb.batches[i];

@@ -134,8 +134,8 @@ void ezi_tracectl_set(ez_context *ctx, const ezi_m39_trace_control *in) {
       c.metrics = EZI_TM_PUBLISH_DELTA | EZI_TM_BACKPRESSURE_WAIT | EZI_TM_LEASE_TIME;
     }
     if (in->ttl_seconds.has && in->ttl_seconds.v >= 0)
-      c.until_ns = ezi_now_ns() + (uint64_t)(in->ttl_seconds.v < 1e6 ? in->ttl_seconds.v * 1e9
-                                                                     : 1e15);
+      c.until_ns =
+          ezi_now_ns() + (uint64_t)(in->ttl_seconds.v < 1e6 ? in->ttl_seconds.v * 1e9 : 1e15);
     if (copy_list(&c, 0, &in->publisher_topics) || copy_list(&c, 1, &in->subscriber_topics) ||
         copy_list(&c, 2, &in->publisher_endpoint_ids) ||
         copy_list(&c, 3, &in->subscriber_endpoint_ids))
@@ -147,8 +147,7 @@ void ezi_tracectl_set(ez_context *ctx, const ezi_m39_trace_control *in) {
   if (!c.metrics) ctl_clear(&tc->c);
 }
 
-ezi_trace *ezi_tracectl_poll(ez_context *ctx, ezi_trace **slot, const char *topic,
-                              const char *id) {
+ezi_trace *ezi_tracectl_poll(ez_context *ctx, ezi_trace **slot, const char *topic, const char *id) {
   ezi_trace *t = ezi_trace_get(slot, topic, id);
   if (!t) return NULL;
   struct ezi_tracectl *tc = state(ctx);
@@ -158,7 +157,8 @@ ezi_trace *ezi_tracectl_poll(ez_context *ctx, ezi_trace **slot, const char *topi
       ezi_trace_set(t, EZI_TM_PUBLISH_DELTA | EZI_TM_BACKPRESSURE_WAIT | EZI_TM_LEASE_TIME, 1);
     t->until_ns = ezi_now_ns() + EZI_TRACE_POLL_TTL_NS;
   }
-  if (!tc->timer) tc->timer = ezi_loop_timer(ctx->loop, ezi_now_ns() + HOUSEKEEPING_NS, housekeeping, ctx);
+  if (!tc->timer)
+    tc->timer = ezi_loop_timer(ctx->loop, ezi_now_ns() + HOUSEKEEPING_NS, housekeeping, ctx);
   return t;
 }
 
@@ -172,14 +172,14 @@ static size_t take_one(ezi_trace *t, ezi_m39_trace_sample *out, size_t max) {
   while (k < max) {
     size_t n = ezi_trace_take(t, buf, max - k < 256 ? max - k : 256, NULL);
     for (size_t i = 0; i < n; i++)
-      out[k + i] = (ezi_m39_trace_sample){.timestamp = (double)buf[i].t_ns,
-                                          .endpoint_id = t->eid,
-                                          .topic = t->topic,
-                                          .metric = ezi_trace_metric_name(buf[i].metric),
-                                          .value = buf[i].value,
-                                          .channel_kind = buf[i].kind < 0 ? EZI_M39_NONE
-                                                                          : buf[i].kind,
-                                          .sample_seq = {true, (int64_t)buf[i].seq}};
+      out[k + i] =
+          (ezi_m39_trace_sample){.timestamp = (double)buf[i].t_ns,
+                                 .endpoint_id = t->eid,
+                                 .topic = t->topic,
+                                 .metric = ezi_trace_metric_name(buf[i].metric),
+                                 .value = buf[i].value,
+                                 .channel_kind = buf[i].kind < 0 ? EZI_M39_NONE : buf[i].kind,
+                                 .sample_seq = {true, (int64_t)buf[i].seq}};
     k += n;
     if (n < 256) break;
   }
@@ -209,15 +209,15 @@ json_t *ezi_tracectl_json(ezi_trace *t) {
     if (!n) break;
     if (!arr && !(arr = json_array())) return NULL;
     for (size_t i = 0; i < n; i++)
-      json_array_append_new(
-          arr, json_pack("{sIsssssssfsI}", "t_ns", (json_int_t)buf[i].t_ns, "endpoint_id", t->eid,
-                         "topic", t->topic, "metric", ezi_trace_metric_name(buf[i].metric),
-                         "value", buf[i].value, "seq", (json_int_t)buf[i].seq));
+      json_array_append_new(arr, json_pack("{sIsssssssfsI}", "t_ns", (json_int_t)buf[i].t_ns,
+                                           "endpoint_id", t->eid, "topic", t->topic, "metric",
+                                           ezi_trace_metric_name(buf[i].metric), "value",
+                                           buf[i].value, "seq", (json_int_t)buf[i].seq));
     if (n < 256) break;
   }
   if (!arr && !dropped) return NULL;
-  json_t *o = json_pack("{sosI}", "samples", arr ? arr : json_array(), "dropped",
-                        (json_int_t)dropped);
+  json_t *o =
+      json_pack("{sosI}", "samples", arr ? arr : json_array(), "dropped", (json_int_t)dropped);
   return o;
 }
 

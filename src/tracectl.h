@@ -28,8 +28,7 @@ typedef struct ez_context ez_context;
 void ezi_tracectl_set(ez_context *ctx, const ezi_m39_trace_control *c);
 /* The profiling dialect's poll: traces the endpoint (topic, id) whose trace is *slot (made if
  * need be) for EZI_TRACE_POLL_TTL_NS more. Returns the trace (NULL when out of memory). */
-ezi_trace *ezi_tracectl_poll(ez_context *ctx, ezi_trace **slot, const char *topic,
-                              const char *id);
+ezi_trace *ezi_tracectl_poll(ez_context *ctx, ezi_trace **slot, const char *topic, const char *id);
 /* True while something is traced (3.9's set, or a poll not expired). */
 bool ezi_tracectl_active(ez_context *ctx);
 /* Takes up to max samples of every endpoint of ctx (oldest first per endpoint) as 3.9's
