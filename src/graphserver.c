@@ -7,6 +7,7 @@
  * an answer to, one FIFO per kind of answer, since clients answer each kind in order. */
 #include "dag.h"
 #include "gsparse.h"
+#include "gsregistry.h"
 #include "internal.h"
 #include "loop.h"
 #include "shm.h"
@@ -91,6 +92,8 @@ struct conn {
   char peer[64];   /* publisher: host its graph connection came from */
   uint16_t port;   /* publisher: its channel server port */
   char pub_id[37]; /* channel: its publisher */
+  int64_t pid;     /* subscriber: from X_SUB_INFO (0: unknown) */
+  char *handle;    /* subscriber: from X_SUB_INFO */
   segment *lease;  /* C_LEASE */
   wqueue complete_q, profile_q;
   op *req_op; /* the op this connection waits on as a requester */
@@ -170,6 +173,19 @@ static op *op_new(server *s, opkind kind, conn *req) {
   return o;
 }
 
+/* Ours: every registered publisher and subscriber, as "registry" (gsregistry.h). */
+static void registry_add(server *s, json_t *doc) {
+  ezi_gs_client *v = calloc(s->n_conns ? s->n_conns : 1, sizeof *v);
+  size_t n = 0;
+  for (conn *c = s->conns; v && c && n < s->n_conns; c = c->next)
+    if (c->st == C_PUB || c->st == C_SUB)
+      v[n++] =
+          (ezi_gs_client){c->st == C_PUB, c->id, c->topic, c->peer, c->port, c->pid, c->handle};
+  json_t *reg = v ? ezi_gs_registry_json(v, n) : NULL;
+  if (reg) json_object_set_new(doc, "registry", reg);
+  free(v);
+}
+
 static void reply_profile(op *o) {
   json_t *doc = json_object(), *pubs = json_array(), *chans = json_array();
   json_object_set_new(doc, "window_s", json_real((double)o->window_ms / 1000.0));
@@ -179,6 +195,7 @@ static void reply_profile(op *o) {
   }
   json_object_set_new(doc, "publishers", pubs);
   json_object_set_new(doc, "channels", chans);
+  registry_add(o->srv, doc);
   char *text = json_dumps(doc, JSON_COMPACT);
   json_decref(doc);
   ezi_buf b = {0};
@@ -367,6 +384,7 @@ static void reap(void *arg) {
     conn *c = s->graveyard;
     s->graveyard = c->next;
     free(c->topic);
+    free(c->handle);
     ezi_buf_free(&c->in);
     ezi_buf_free(&c->out);
     free(c);
@@ -492,6 +510,7 @@ static void handle_register(server *s, conn *c, uint8_t cmd, const char *topic, 
     return;
   }
   c->st = C_SUB;
+  ezi_sock_peer_host(c->w.fd, c->peer);
   op *o = op_new(s, OP_SUBSCRIBE, c);
   if (!o) return conn_close(c);
   notify_subscriber(s, c, o);
@@ -672,6 +691,8 @@ static long parse_one(server *s, conn *c) {
       }
     } else if (cmd == EZI_PROFILE_DATA) {
       on_profile_data(s, c, a, na);
+    } else if (cmd == EZI_X_SUB_INFO && c->st == C_SUB) {
+      if (!ezi_subinfo_decode(a, na, &c->pid, &c->handle)) EZI_INFO("graph server: bad X_SUB_INFO");
     } else {
       protocol_error(c, "unexpected command from a client");
       return -1;

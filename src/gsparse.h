@@ -10,7 +10,7 @@
 typedef enum {
   EZI_GS_COMMAND,  /* a fresh connection: one request (command byte and its arguments) */
   EZI_GS_PUB_ADDR, /* a publisher registering: the str address of its channel server */
-  EZI_GS_CLIENT,   /* a registered client: COMPLETE, or PROFILE_DATA and its str */
+  EZI_GS_CLIENT,   /* a registered client: COMPLETE, PROFILE_DATA and its str, or X_SUB_INFO */
 } ezi_gs_phase;
 
 /* One parsed frame. Strings are views into the input (not NUL-terminated). */

@@ -15,8 +15,9 @@ check_empty_doc() { # FILE WANT
   python3 - "$1" "$2" <<'EOF' || fail "not an empty profile document with window_s $2"
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert set(d) == {"window_s", "publishers", "channels"}, d
+assert set(d) == {"window_s", "publishers", "channels", "registry"}, d
 assert d["publishers"] == [] and d["channels"] == [], d
+assert d["registry"] == {"publishers": [], "subscribers": []}, d
 assert abs(d["window_s"] - float(sys.argv[2])) < 1e-9, d
 EOF
 }
