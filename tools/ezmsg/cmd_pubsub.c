@@ -451,7 +451,7 @@ int cmd_sub(int argc, char **argv) {
     }
     bool ok = print_message(m.data, m.len);
     ez_msg_release(&m);
-    if (!ok) { /* stdout gone (e.g. a closed pipe): nothing more to say ... */
+    if (!ok) {                    /* stdout gone (e.g. a closed pipe): nothing more to say ... */
       exit_code = g_stop ? 0 : 1; /* ... or a stop signal interrupted a write to a full pipe */
       break;
     }
