@@ -48,6 +48,11 @@ extern "C" {
 #define EZ_MAX_CONTROL_STR (1u << 20) /* longest string accepted on a control link */
 #define EZ_DEFAULT_TIMEOUT_MS 5000    /* default for one-shot graph requests */
 
+/* The version of this library (libezmsg), e.g. "3.6.2": what `ezmsg --version` prints and
+ * pkg-config reports. The ezmsg protocol version it speaks and announces to peers is EZ_VERSION
+ * (the same number in this release). Returns a static string; any thread. */
+const char *ez_version(void);
+
 /* ---------------------------------------------------------------------------------------------
  * Errors
  * ------------------------------------------------------------------------------------------- */

@@ -76,8 +76,7 @@ static int on_opt(int opt, const char *arg, void *user) {
   switch (opt) {
   case OPT_WINDOW:
     if (parse_seconds(arg, &v) || v < 0) {
-      fprintf(stderr, "ezmsg profile: bad --window '%s' (seconds, 0 to %g)\n", arg,
-              EZ_PROFILE_MAX_WINDOW_S);
+      cli_opt_error("bad --window '%s' (seconds, 0 to %g)", arg, EZ_PROFILE_MAX_WINDOW_S);
       return -1;
     }
     po->window_s = v > EZ_PROFILE_MAX_WINDOW_S ? EZ_PROFILE_MAX_WINDOW_S : v;
@@ -87,11 +86,11 @@ static int on_opt(int opt, const char *arg, void *user) {
       po->table = !strcmp(arg, "table");
       return 0;
     }
-    fprintf(stderr, "ezmsg profile: bad --format '%s' (json or table)\n", arg);
+    cli_opt_error("bad --format '%s' (json or table)", arg);
     return -1;
   case OPT_WATCH:
     if (parse_seconds(arg, &v) || !(v > 0) || v > 86400) {
-      fprintf(stderr, "ezmsg profile: bad --watch '%s' (seconds, more than 0)\n", arg);
+      cli_opt_error("bad --watch '%s' (seconds, more than 0)", arg);
       return -1;
     }
     po->watch_s = v;
