@@ -38,6 +38,7 @@ int cmd_list(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_hz(int argc, char **argv);
 int cmd_bw(int argc, char **argv);
+int cmd_dashboard(int argc, char **argv);
 
 typedef struct cli_command {
   const char *name;
@@ -65,6 +66,7 @@ static const cli_command cli_commands[] = {
     {"info", cmd_info, "describe one topic: its endpoints, rates and latencies"},
     {"hz", cmd_hz, "print the message rate of topics, live"},
     {"bw", cmd_bw, "print the bandwidth of topics, live"},
+    {"dashboard", cmd_dashboard, "serve a live web page of the graph, with plots, and /metrics"},
     {"perf", cmd_perf, "measure throughput and latency (fanout, fanin, relay, pingpong)"},
 };
 #endif

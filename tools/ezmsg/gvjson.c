@@ -56,6 +56,7 @@ static json_t *chan_json(const gv *v, const gv_chan *c) {
   json_object_set_new(o, "pub_id", str_or_null(c->pub_id));
   json_object_set_new(o, "topic", str_or_null(c->topic));
   json_object_set_new(o, "pid", json_integer((json_int_t)c->pid));
+  json_object_set_new(o, "host", str_or_null(c->host));
   json_object_set_new(o, "transport", json_string(c->mode ? c->mode : "unknown"));
   json_object_set_new(o, "num_buffers", json_integer((json_int_t)c->num_buffers));
   json_object_set_new(o, "in_flight", json_integer((json_int_t)c->in_flight));
