@@ -169,3 +169,71 @@ assert_lines() { # FILE N WHAT
   n=$(wc -l <"$1")
   [ "$n" = "$2" ] || fail "$3: $(basename "$1") has $n lines, want $2"
 }
+
+# ---- a live test graph (topics.sh, dashboard.sh, prometheus.sh) ------------------------------
+# On the graph server at ADDR, paced publishers and subscribers in their own processes:
+#   /cam    100 Hz, 1000-byte messages over shared memory -> subscriber "recorder"
+#   /vision fed by /cam (ezmsg connect /cam /vision)     -> subscriber "detector" (100 Hz)
+#   /imu    50 Hz, 64-byte messages over TCP              -> subscriber "filter"
+#   /idle   no publisher                                  -> subscriber "idler" (idle)
+# Sets EZ_GRAPH_TRUTH ("topic rate ..." lines: the rate each topic really carries) and the pids
+# EZ_IDLER_PID, EZ_CAM_PID. Waits until every subscriber is connected.
+ez_test_graph() {
+  local addr=$1 h
+  "$EZ_CLI" connect --address "$addr" /cam /vision || fail "connect /cam /vision"
+  for h in recorder:/cam detector:/vision filter:/imu idler:/idle; do
+    "$EZ_CLI" sub --address "$addr" "${h#*:}" --handle "${h%%:*}" \
+      --ready-file "$T/ready.${h%%:*}" >/dev/null 2>"$T/sub.${h%%:*}.err" &
+    ez_track $!
+    [ "${h%%:*}" = idler ] && EZ_IDLER_PID=$!
+  done
+  for h in recorder detector filter idler; do
+    for ((i = 0; i < 500; i++)); do
+      [ -e "$T/ready.$h" ] && break
+      sleep 0.02
+    done
+    [ -e "$T/ready.$h" ] || fail "subscriber $h did not come up"
+  done
+  "$EZ_CLI" pub --address "$addr" /cam --size 1000 --count 0 --rate 100 >/dev/null 2>"$T/pub.cam.err" &
+  EZ_CAM_PID=$!
+  ez_track $!
+  "$EZ_CLI" pub --address "$addr" /imu --size 64 --count 0 --rate 50 --force-tcp >/dev/null \
+    2>"$T/pub.imu.err" &
+  ez_track $!
+  EZ_GRAPH_TRUTH=$'/cam 100\n/vision 100\n/imu 50\n/idle 0'
+}
+
+# Waits (up to SECS, default 30) until `ezmsg hz` sees every published topic of the test graph
+# at 80% of its rate or more, then for one more profile window, so that every figure is live.
+ez_wait_live() {
+  local addr=$1 secs=${2:-30} i
+  for ((i = 0; i < secs * 2; i++)); do
+    if "$EZ_CLI" hz --address "$addr" --json --count 1 /cam /vision /imu 2>/dev/null |
+      python3 -c 'import json,sys; d=json.load(sys.stdin); w={"/cam":100,"/vision":100,"/imu":50}
+sys.exit(0 if all(t["rate_hz"] >= 0.8*w[t["topic"]] for t in d["topics"]) else 1)'; then
+      sleep 2.2
+      return 0
+    fi
+    sleep 0.5
+  done
+  fail "the test graph did not come live within $secs s"
+}
+
+# Compares a JSON object {topic: rate} on stdin with EZ_GRAPH_TRUTH: every topic present, each
+# within 20% of its true rate (0 for an idle topic). Prints "topic measured truth" lines.
+ez_check_rates() { # WHAT
+  python3 -c '
+import json, sys
+truth = {l.split()[0]: float(l.split()[1]) for l in sys.argv[1].splitlines()}
+got = json.load(sys.stdin)
+bad = []
+for t, want in truth.items():
+    if t not in got:
+        bad.append("%s missing" % t)
+        continue
+    r = float(got[t])
+    print("  %-8s %8.1f msg/s (true %g, %+.1f%%)" % (t, r, want, 100 * (r - want) / want if want else 0))
+    if (want == 0 and r != 0) or (want and abs(r - want) > 0.2 * want):
+        bad.append("%s: %g, want %g +- 20%%" % (t, r, want))
+sys.exit("; ".join(bad) if bad else 0)' "$EZ_GRAPH_TRUTH" || fail "$1: rates off"
+}
