@@ -100,6 +100,13 @@ static bool host_ok(const http_server *s, struct MHD_Connection *c) {
   return inet_pton(AF_INET, name, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
+static int hexval(char ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+  return -1;
+}
+
 static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, const char *text) {
   struct MHD_Response *r =
       MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
@@ -178,6 +185,26 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   return ret;
 }
 
+/* Percent-decoding of the path and arguments, in place, as libmicrohttpd's own but keeping "%00"
+ * as it is: a decoded NUL would cut the path short ("/%00" would read as "/"). Returns the new
+ * length. */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
+  (void)cls;
+  (void)c;
+  char *w = s;
+  for (const char *r = s; *r;) {
+    int hi, lo;
+    if (r[0] == '%' && (hi = hexval(r[1])) >= 0 && (lo = hexval(r[2])) >= 0 && (hi | lo)) {
+      *w++ = (char)(hi << 4 | lo);
+      r += 3;
+    } else {
+      *w++ = *r++;
+    }
+  }
+  *w = 0;
+  return (size_t)(w - s);
+}
+
 /* libmicrohttpd's own complaints (a client that broke the protocol, ...) go to the debug log. */
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
   (void)cls;
@@ -201,14 +228,15 @@ http_server *http_start(const char *listen_addr, http_handler fn, void *user, ch
     return NULL;
   }
   unsigned per_ip = s->loopback ? 0 : HTTP_MAX_CONNS / 4; /* remote hosts share the limit */
-  s->d = MHD_start_daemon(
-      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
-          MHD_USE_ERROR_LOG,
-      0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->fd, MHD_OPTION_CONNECTION_LIMIT,
-      (unsigned)HTTP_MAX_CONNS, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
-      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-      (size_t)HTTP_CONN_MEMORY, MHD_OPTION_THREAD_STACK_SIZE, (size_t)STACK_BYTES,
-      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+  s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                              MHD_USE_POLL | MHD_USE_ERROR_LOG,
+                          0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->fd,
+                          MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_MAX_CONNS,
+                          MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
+                          (unsigned)HTTP_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                          (size_t)HTTP_CONN_MEMORY, MHD_OPTION_THREAD_STACK_SIZE,
+                          (size_t)STACK_BYTES, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                          MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
   if (!s->d) {
     snprintf(err, errcap, "cannot start the HTTP server on %s", s->addr);
     close(s->fd);
