@@ -15,8 +15,8 @@ char *metrics_text(const gv *v, bool up, double scrape_s, size_t *len);
 typedef struct metrics_server metrics_server;
 
 /* Serves GET /metrics on listen_addr for the graph server at graph_addr: each scrape asks that
- * server for a profile and the topic graph (at most one request at a time; a scrape within a
- * second of the last one gets the same answer), bounded by a few seconds. NULL on failure, with a
+ * server for a profile and the topic graph (at most one request at a time; a scrape within
+ * 250 ms of the last one gets the same answer), bounded by a few seconds. NULL on failure, with a
  * one-line reason in err. */
 metrics_server *metrics_start(const char *listen_addr, const char *graph_addr, char *err,
                               size_t errcap);

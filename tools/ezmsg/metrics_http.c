@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#define CACHE_NS 1000000000ll
+#define CACHE_NS 250000000ll
 #define FETCH_TIMEOUT_MS 3000
 
 struct metrics_server {
