@@ -8,9 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPT_JSON = 3000 };
+enum { OPT_JSON = 3000, OPT_NAMES };
 
 static const struct option json_opts[] = {{"json", no_argument, NULL, OPT_JSON}, {0}};
+static const struct option list_opts[] = {
+    {"json", no_argument, NULL, OPT_JSON}, {"names", no_argument, NULL, OPT_NAMES}, {0}};
 
 static const cli_spec list_spec = {
     .name = "list",
@@ -20,8 +22,9 @@ static const cli_spec list_spec = {
              "receives over the last 2 s. Against an ezmsg-c graph server, a subscriber no\n"
              "publisher feeds is listed too (a Python server does not report those).",
     .max_args = 0,
-    .opts = json_opts,
-    .opts_help = "      --json         the graph view as one JSON document (docs/dashboard.md)\n",
+    .opts = list_opts,
+    .opts_help = "      --json         the graph view as one JSON document (docs/dashboard.md)\n"
+                 "      --names        only the topic names, one a line (for scripts)\n",
 };
 
 static const cli_spec info_spec = {
@@ -35,10 +38,19 @@ static const cli_spec info_spec = {
     .opts_help = "      --json         as one JSON document\n",
 };
 
+typedef struct list_args {
+  bool json, names;
+} list_args;
+
 static int json_flag(int opt, const char *arg, void *user) {
   (void)arg;
-  if (opt != OPT_JSON) return -1;
-  *(bool *)user = true;
+  list_args *a = user;
+  if (opt == OPT_JSON)
+    a->json = true;
+  else if (opt == OPT_NAMES)
+    a->names = true;
+  else
+    return -1;
   return 0;
 }
 
@@ -119,14 +131,19 @@ static void print_list(const gv *v, const char *addr) {
 }
 
 int cmd_list(int argc, char **argv) {
-  bool json = false;
+  list_args a = {0};
   cli_ctx ctx;
-  int rc = cli_parse(&list_spec, argc, argv, &ctx, json_flag, &json);
+  int rc = cli_parse(&list_spec, argc, argv, &ctx, json_flag, &a);
   if (rc >= 0) return rc;
+  if (a.json && a.names)
+    return cli_usage_error(&list_spec, "--json and --names exclude each other");
   gv v;
   rc = gv_fetch(ctx.address, EZ_PROFILE_WINDOW_S, ctx.timeout_ms, &v);
   if (rc) return cli_fail(&ctx, rc, "list");
-  if (json)
+  if (a.names)
+    for (size_t i = 0; i < v.n_topics; i++)
+      puts(v.topics[i].name);
+  else if (a.json)
     print_doc(gv_json(&v));
   else
     print_list(&v, ctx.shown);
@@ -220,9 +237,10 @@ static void print_info(const gv *v, const gv_topic *t) {
 }
 
 int cmd_info(int argc, char **argv) {
-  bool json = false;
+  list_args la = {0};
   cli_ctx ctx;
-  int rc = cli_parse(&info_spec, argc, argv, &ctx, json_flag, &json);
+  int rc = cli_parse(&info_spec, argc, argv, &ctx, json_flag, &la);
+  bool json = la.json;
   if (rc >= 0) return rc;
   gv v;
   rc = gv_fetch(ctx.address, EZ_PROFILE_WINDOW_S, ctx.timeout_ms, &v);
