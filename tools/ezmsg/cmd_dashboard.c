@@ -70,6 +70,7 @@ typedef struct dash {
   double fetch_s; /* how long the last sample took */
   history *hist;
   atomic_int streams; /* open event streams */
+  uint64_t samples;   /* taken so far (the sampling thread only) */
 } dash;
 
 static void snap_unref(snap *s) {
@@ -273,7 +274,10 @@ static void sample(dash *d, const cli_ctx *ctx, double window_s) {
       if (hrc) json_object_set_new(doc, "history_error", json_string(ez_strerror(hrc)));
     }
   }
-  if (doc) json_object_set_new(doc, "server", json_string(ctx->shown));
+  if (doc) {
+    json_object_set_new(doc, "server", json_string(ctx->shown));
+    json_object_set_new(doc, "sample", json_integer((json_int_t)++d->samples));
+  }
   publish(d, doc, rc ? NULL : &v, took);
 }
 

@@ -123,7 +123,8 @@ int hist_add(history *h, const gv *v, int64_t t_ms) {
                             (float)s->proc.max_ms, (float)s->proc.in_flight};
     put(e, tick, fig);
   }
-  /* Forget endpoints absent for a whole ring; keep the array sorted. */
+  /* Forget endpoints absent for a whole ring (that keeps the order), then sort in the new ones. */
+  bool added = h->n > sorted_n;
   size_t k = 0;
   for (size_t i = 0; i < h->n; i++) {
     if (tick - h->eps[i]->last_tick >= HIST_SAMPLES)
@@ -132,7 +133,7 @@ int hist_add(history *h, const gv *v, int64_t t_ms) {
       h->eps[k++] = h->eps[i];
   }
   h->n = k;
-  qsort(h->eps, h->n, sizeof *h->eps, cmp_ep);
+  if (added) qsort(h->eps, h->n, sizeof *h->eps, cmp_ep);
   h->tick++;
   return err;
 }
