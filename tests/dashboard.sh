@@ -47,7 +47,8 @@ READ='(function(){
     kinds[n.dataset.kind] = (kinds[n.dataset.kind] || 0) + 1; });
   var charts = 0; document.querySelectorAll("#cards canvas").forEach(function (c) {
     if (Chart.getChart(c)) charts++; });
-  return {rates: rates, kinds: kinds, charts: charts,
+  var st = document.getElementById("status");
+  return {rates: rates, kinds: kinds, charts: charts, t: st.dataset.timestamp, window: Number(st.dataset.window),
     updates: Number(document.getElementById("status").dataset.updates),
     status: document.getElementById("status").textContent,
     graph_text: document.getElementById("graph").textContent,
@@ -66,9 +67,9 @@ for word in ("pub /cam", "pub /imu", "sub recorder", "sub detector", "sub filter
              "idle", "shm", "tcp", "pid %s" % sys.argv[2]):
     assert word in d["graph_text"], word
 assert any("subscriber idler on /idle" in c for c in d["cards"]), d["cards"]
-json.dump(d["rates"], open(sys.argv[1] + ".rates", "w"))
+json.dump({"t": d["t"], "window": d["window"], "rates": d["rates"]}, open(sys.argv[1] + ".rates", "w"))
 EOF
-echo "rates in the page (Chromium's DOM) against the publishers' true rates:"
+echo "rates in the page (Chromium's DOM) against what really flowed:"
 ez_check_rates "the dashboard page" <"$T/page.json.rates"
 [ -s "$T/dashboard.png" ] || fail "no screenshot"
 cp "$T/dashboard.png" "$EZ_BUILD/dashboard.png" 2>/dev/null || true

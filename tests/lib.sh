@@ -176,17 +176,24 @@ assert_lines() { # FILE N WHAT
 #   /vision fed by /cam (ezmsg connect /cam /vision)     -> subscriber "detector" (100 Hz)
 #   /imu    50 Hz, 64-byte messages over TCP              -> subscriber "filter"
 #   /idle   no publisher                                  -> subscriber "idler" (idle)
-# Sets EZ_GRAPH_TRUTH ("topic rate ..." lines: the rate each topic really carries) and the pids
-# EZ_IDLER_PID, EZ_CAM_PID. Waits until every subscriber is connected.
+# The publishers' nominal rates are what they aim at; on a loaded machine a paced publisher
+# falls behind and never catches up in a burst (`pub --rate`), so the true rate is what really
+# flowed: every message recorder, detector and filter receive is time-stamped
+# (tests/arrivals.py into $T/arrivals.<topic>). Sets EZ_IDLER_PID and EZ_CAM_PID. Waits until
+# every subscriber is connected.
 ez_test_graph() {
   local addr=$1 h
+  local src=${EZ_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
   "$EZ_CLI" connect --address "$addr" /cam /vision || fail "connect /cam /vision"
-  for h in recorder:/cam detector:/vision filter:/imu idler:/idle; do
-    "$EZ_CLI" sub --address "$addr" "${h#*:}" --handle "${h%%:*}" \
-      --ready-file "$T/ready.${h%%:*}" >/dev/null 2>"$T/sub.${h%%:*}.err" &
+  for h in recorder:/cam detector:/vision filter:/imu; do
+    python3 "$src/tests/arrivals.py" "$T/arrivals.${h#*:/}" "$EZ_CLI" sub --address "$addr" \
+      "${h#*:}" --handle "${h%%:*}" --ready-file "$T/ready.${h%%:*}" 2>"$T/sub.${h%%:*}.err" &
     ez_track $!
-    [ "${h%%:*}" = idler ] && EZ_IDLER_PID=$!
   done
+  "$EZ_CLI" sub --address "$addr" /idle --handle idler --ready-file "$T/ready.idler" \
+    >/dev/null 2>"$T/sub.idler.err" &
+  EZ_IDLER_PID=$!
+  ez_track $!
   for h in recorder detector filter idler; do
     for ((i = 0; i < 500; i++)); do
       [ -e "$T/ready.$h" ] && break
@@ -200,17 +207,17 @@ ez_test_graph() {
   "$EZ_CLI" pub --address "$addr" /imu --size 64 --count 0 --rate 50 --force-tcp >/dev/null \
     2>"$T/pub.imu.err" &
   ez_track $!
-  EZ_GRAPH_TRUTH=$'/cam 100\n/vision 100\n/imu 50\n/idle 0'
 }
 
 # Waits (up to SECS, default 30) until `ezmsg hz` sees every published topic of the test graph
-# at 80% of its rate or more, then for one more profile window, so that every figure is live.
+# at half its nominal rate or more, then for one more profile window, so that every figure is
+# live.
 ez_wait_live() {
   local addr=$1 secs=${2:-30} i
   for ((i = 0; i < secs * 2; i++)); do
     if "$EZ_CLI" hz --address "$addr" --json --count 1 /cam /vision /imu 2>/dev/null |
       python3 -c 'import json,sys; d=json.load(sys.stdin); w={"/cam":100,"/vision":100,"/imu":50}
-sys.exit(0 if all(t["rate_hz"] >= 0.8*w[t["topic"]] for t in d["topics"]) else 1)'; then
+sys.exit(0 if all(t["rate_hz"] >= 0.5*w[t["topic"]] for t in d["topics"]) else 1)'; then
       sleep 2.2
       return 0
     fi
@@ -219,21 +226,35 @@ sys.exit(0 if all(t["rate_hz"] >= 0.8*w[t["topic"]] for t in d["topics"]) else 1
   fail "the test graph did not come live within $secs s"
 }
 
-# Compares a JSON object {topic: rate} on stdin with EZ_GRAPH_TRUTH: every topic present, each
-# within 20% of its true rate (0 for an idle topic). Prints "topic measured truth" lines.
-ez_check_rates() { # WHAT
+# Checks the rates a tool reported against what really flowed. Reads {"t": the time the figures
+# are for (ISO-8601 or seconds since the epoch), "window": their averaging window in s, "rates":
+# {topic: rate}} on stdin. Every topic of the test graph must be present, each within 20% of
+# its true rate: the messages its subscriber received in (t - window, t], per second (0 for
+# /idle). Prints each topic's figure, the true rate and the nominal one.
+ez_check_rates() { # WHAT [TOPICS]
   python3 -c '
-import json, sys
-truth = {l.split()[0]: float(l.split()[1]) for l in sys.argv[1].splitlines()}
-got = json.load(sys.stdin)
+import datetime, json, os, sys
+d = json.load(sys.stdin)
+t = d["t"]
+if isinstance(t, str):
+    t = datetime.datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
+w = float(d["window"])
+nominal = {"/cam": 100, "/vision": 100, "/imu": 50, "/idle": 0}
+nominal = {k: v for k, v in nominal.items() if k in sys.argv[2].split()}
 bad = []
-for t, want in truth.items():
-    if t not in got:
-        bad.append("%s missing" % t)
+for topic, nom in nominal.items():
+    if topic not in d["rates"]:
+        bad.append("%s missing" % topic)
         continue
-    r = float(got[t])
-    print("  %-8s %8.1f msg/s (true %g, %+.1f%%)" % (t, r, want, 100 * (r - want) / want if want else 0))
-    if (want == 0 and r != 0) or (want and abs(r - want) > 0.2 * want):
-        bad.append("%s: %g, want %g +- 20%%" % (t, r, want))
-sys.exit("; ".join(bad) if bad else 0)' "$EZ_GRAPH_TRUTH" || fail "$1: rates off"
+    r = float(d["rates"][topic])
+    if nom:
+        times = [float(x) for x in open(os.path.join(sys.argv[1], "arrivals" + topic.replace("/", ".")))]
+        true = sum(1 for x in times if t - w < x <= t) / w
+    else:
+        true = 0.0
+    print("  %-8s %7.1f msg/s  true %6.1f (%+5.1f%%)  nominal %g" %
+          (topic, r, true, 100 * (r - true) / true if true else 0, nom))
+    if (true == 0 and r != 0) or (true and abs(r - true) > 0.2 * true) or (nom and true < 0.2 * nom):
+        bad.append("%s: %g, true %g" % (topic, r, true))
+sys.exit("; ".join(bad) if bad else 0)' "$T" "${2:-/cam /vision /imu /idle}" || fail "$1: rates off"
 }

@@ -33,6 +33,11 @@ static int cmp_ep(const void *a, const void *b) {
   return strcmp((*(hist_endpoint *const *)a)->id, (*(hist_endpoint *const *)b)->id);
 }
 
+/* bsearch: an id against an endpoint. */
+static int cmp_key(const void *key, const void *elem) {
+  return strcmp(key, (*(hist_endpoint *const *)elem)->id);
+}
+
 static hist_endpoint *find(const history *h, const char *id) {
   size_t lo = 0, hi = h->n;
   while (lo < hi) {
@@ -51,9 +56,7 @@ static hist_endpoint *find(const history *h, const char *id) {
  * memory. */
 static hist_endpoint *get(history *h, const char *id, bool is_pub, size_t sorted_n, int *err) {
   if (!id || strlen(id) >= sizeof((hist_endpoint *)0)->id) return NULL;
-  hist_endpoint key_ep, *key = &key_ep;
-  snprintf(key_ep.id, sizeof key_ep.id, "%s", id);
-  hist_endpoint **found = bsearch(&key, h->eps, sorted_n, sizeof *h->eps, cmp_ep);
+  hist_endpoint **found = sorted_n ? bsearch(id, h->eps, sorted_n, sizeof *h->eps, cmp_key) : NULL;
   if (found) return *found;
   for (size_t i = sorted_n; i < h->n; i++) /* added earlier this tick */
     if (!strcmp(h->eps[i]->id, id)) return h->eps[i];
@@ -99,10 +102,6 @@ int hist_add(history *h, const gv *v, int64_t t_ms) {
   uint64_t tick = h->tick;
   size_t slot = (size_t)(tick % HIST_SAMPLES);
   h->t_ms[slot] = t_ms;
-  /* The slot being overwritten: NaN for everyone, then the present ones write theirs. */
-  for (size_t i = 0; i < h->n; i++)
-    for (int f = 0; f < H_FIGURES; f++)
-      h->eps[i]->v[f][slot] = NAN;
   size_t sorted_n = h->n;
   int err = 0;
   for (size_t i = 0; i < v->n_pubs; i++) {
@@ -123,6 +122,11 @@ int hist_add(history *h, const gv *v, int64_t t_ms) {
                             (float)s->proc.max_ms, (float)s->proc.in_flight};
     put(e, tick, fig);
   }
+  /* The absent ones get a gap (NaN) in this tick's slot. */
+  for (size_t i = 0; i < h->n; i++)
+    if (h->eps[i]->last_tick != tick)
+      for (int f = 0; f < H_FIGURES; f++)
+        h->eps[i]->v[f][slot] = NAN;
   /* Forget endpoints absent for a whole ring (that keeps the order), then sort in the new ones. */
   bool added = h->n > sorted_n;
   size_t k = 0;

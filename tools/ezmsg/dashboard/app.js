@@ -24,6 +24,8 @@
     var st = byId("status");
     st.className = "status live";
     st.dataset.updates = String(updates);
+    st.dataset.timestamp = v.timestamp;
+    st.dataset.window = String(v.window_s);
     st.textContent = "live: " + v.timestamp + " (window " + v.window_s + " s)";
     byId("server").textContent = "graph server " + (v.server || "");
   }
