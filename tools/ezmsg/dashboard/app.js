@@ -101,15 +101,53 @@
            label: s.handle || short(s.id),
            sub: s.num_channels ? fmt(s.rate_hz, 1) + " msg/s" : "idle", obj: s}, maxd + 3);
     });
-    var colW = 190, rowH = 54, maxRows = 0;
-    Object.keys(cols).forEach(function (c) {
-      cols[c].sort(function (a, b) { return a.pid - b.pid || (a.label < b.label ? -1 : a.label > b.label); });
-      maxRows = Math.max(maxRows, cols[c].length);
+    /* Rows: on the subscriber side, each process gets as many rows as it has channels or
+     * subscribers, its channels and subscribers side by side; on the publisher side, a row per
+     * publisher, grouped by process; topics sit at the mean row of their endpoints. */
+    var colW = 190, rowH = 54, gap = 0.35;
+    function procKey(n) { return n.pid + "/" + (n.host || ""); }
+    function groups(list) {
+      var g = {}, order = [];
+      list.forEach(function (n) {
+        var k = procKey(n);
+        if (!g[k]) { g[k] = []; order.push(k); }
+        g[k].push(n);
+      });
+      order.sort(function (a, b) { return g[a][0].pid - g[b][0].pid || (a < b ? -1 : a > b); });
+      return order.map(function (k) { return g[k]; });
+    }
+    var subSide = (cols[maxd + 2] || []).concat(cols[maxd + 3] || []), row = 0;
+    groups(subSide).forEach(function (g) {
+      var ci = 0, si = 0;
+      g.sort(function (a, b) { return a.label < b.label ? -1 : a.label > b.label; });
+      g.forEach(function (n) { n.row = row + (n.kind === "chan" ? ci++ : si++); });
+      row += Math.max(ci, si) + gap;
     });
-    Object.keys(cols).forEach(function (c) {
-      var list = cols[c], off = (maxRows - list.length) * rowH / 2;
-      list.forEach(function (n, i) { n.x = 100 + Number(c) * colW; n.y = 40 + off + i * rowH; });
+    var subRows = row;
+    row = 0;
+    groups(cols[0] || []).forEach(function (g) {
+      g.forEach(function (n) { n.row = row++; });
+      row += gap;
     });
+    var pubRows = row, at0 = {};
+    nodes.forEach(function (n) { at0[n.key] = n; });
+    v.topics.forEach(function (t) {
+      var rows = [];
+      v.publishers.forEach(function (p) { if (p.topic === t.topic) rows.push(at0["p:" + p.id].row); });
+      v.subscribers.forEach(function (q) { if (q.topic === t.topic) rows.push(at0["s:" + q.id].row); });
+      at0["t:" + t.topic].want = rows.length ? rows.reduce(function (a, b) { return a + b; }, 0) / rows.length : 1e9;
+    });
+    var maxRows = Math.max(subRows, pubRows, 1);
+    for (var c = 1; c <= maxd + 1; c++) {
+      var list = (cols[c] || []).slice().sort(function (a, b) { return a.want - b.want || (a.label < b.label ? -1 : 1); });
+      var next = 0;
+      list.forEach(function (n) {
+        n.row = Math.max(next, n.want === 1e9 ? next : n.want);
+        next = n.row + 1;
+      });
+      maxRows = Math.max(maxRows, next);
+    }
+    nodes.forEach(function (n) { n.x = 100 + n.col * colW; n.y = 40 + n.row * rowH; });
     var at = {};
     nodes.forEach(function (n) { at[n.key] = n; });
     var links = [];
