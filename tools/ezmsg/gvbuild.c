@@ -10,19 +10,18 @@ static int cmp_i64(int64_t a, int64_t b) { return a < b ? -1 : a > b; }
 
 /* ---- order --------------------------------------------------------------------------------- */
 
-static const gv *g_sort_view; /* qsort has no context argument; the view is single-threaded */
-
-static int cmp_pub_ix(const void *a, const void *b) {
-  const gv_pub *x = &g_sort_view->pubs[*(const size_t *)a],
-               *y = &g_sort_view->pubs[*(const size_t *)b];
+/* qsort_r comparators of indices into the view `arg`. */
+static int cmp_pub_ix(const void *a, const void *b, void *arg) {
+  const gv *v = arg;
+  const gv_pub *x = &v->pubs[*(const size_t *)a], *y = &v->pubs[*(const size_t *)b];
   int r = cmp_str(x->topic, y->topic);
   if (!r) r = cmp_i64(x->pid, y->pid);
   return r ? r : cmp_str(x->id, y->id);
 }
 
-static int cmp_sub_ix(const void *a, const void *b) {
-  const gv_sub *x = &g_sort_view->subs[*(const size_t *)a],
-               *y = &g_sort_view->subs[*(const size_t *)b];
+static int cmp_sub_ix(const void *a, const void *b, void *arg) {
+  const gv *v = arg;
+  const gv_sub *x = &v->subs[*(const size_t *)a], *y = &v->subs[*(const size_t *)b];
   int r = cmp_str(x->topic, y->topic);
   if (!r) r = cmp_str(x->handle, y->handle);
   if (!r) r = cmp_i64(x->pid, y->pid);
@@ -48,22 +47,20 @@ static size_t *permute(void *arr, size_t n, size_t size, const size_t *order) {
   return inv;
 }
 
-static size_t *sorted_order(size_t n, int (*cmp)(const void *, const void *)) {
+static size_t *sorted_order(size_t n, int (*cmp)(const void *, const void *, void *), gv *v) {
   size_t *o = malloc((n + 1) * sizeof *o);
   if (!o) return NULL;
   for (size_t i = 0; i < n; i++)
     o[i] = i;
-  qsort(o, n, sizeof *o, cmp);
+  qsort_r(o, n, sizeof *o, cmp, v);
   return o;
 }
 
 void gvb_sort(gvb *b) {
   gv *v = b->v;
-  g_sort_view = v;
-  size_t *po = sorted_order(v->n_pubs, cmp_pub_ix), *so = sorted_order(v->n_subs, cmp_sub_ix);
+  size_t *po = sorted_order(v->n_pubs, cmp_pub_ix, v), *so = sorted_order(v->n_subs, cmp_sub_ix, v);
   size_t *pinv = po ? permute(v->pubs, v->n_pubs, sizeof *v->pubs, po) : NULL;
   size_t *sinv = so ? permute(v->subs, v->n_subs, sizeof *v->subs, so) : NULL;
-  g_sort_view = NULL;
   if (pinv && sinv) {
     for (size_t i = 0; i < v->n_chans; i++) {
       gv_chan *c = &v->chans[i];
