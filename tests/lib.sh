@@ -209,11 +209,27 @@ ez_test_graph() {
   ez_track $!
 }
 
+# ON, or OFF when the build has telemetry compiled out (-DEZ_TELEMETRY=OFF): every rate, count and
+# latency of a profile then reads 0, and the tests check for exactly that.
+export EZ_TELEMETRY=${EZ_TELEMETRY:-ON}
+
 # Waits (up to SECS, default 30) until `ezmsg hz` sees every published topic of the test graph
 # at half its nominal rate or more, then for one more profile window, so that every figure is
-# live.
+# live. Without telemetry: until every subscriber but the idle one has its channel.
 ez_wait_live() {
   local addr=$1 secs=${2:-30} i
+  if [ "$EZ_TELEMETRY" = OFF ]; then
+    for ((i = 0; i < secs * 2; i++)); do
+      if "$EZ_CLI" list --address "$addr" --json 2>/dev/null | python3 -c 'import json,sys
+d = {s["handle"]: s for s in json.load(sys.stdin)["subscribers"]}
+sys.exit(0 if all(d.get(h, {}).get("num_channels") for h in ("recorder", "detector", "filter")) else 1)'; then
+        sleep 1
+        return 0
+      fi
+      sleep 0.5
+    done
+    fail "the test graph's subscribers did not get their channels within $secs s"
+  fi
   for ((i = 0; i < secs * 2; i++)); do
     if "$EZ_CLI" hz --address "$addr" --json --count 1 /cam /vision /imu 2>/dev/null |
       python3 -c 'import json,sys; d=json.load(sys.stdin); w={"/cam":100,"/vision":100,"/imu":50}
@@ -230,8 +246,20 @@ sys.exit(0 if all(t["rate_hz"] >= 0.5*w[t["topic"]] for t in d["topics"]) else 1
 # are for (ISO-8601 or seconds since the epoch), "window": their averaging window in s, "rates":
 # {topic: rate}} on stdin. Every topic of the test graph must be present, each within 20% of
 # its true rate: the messages its subscriber received in (t - window, t], per second (0 for
-# /idle). Prints each topic's figure, the true rate and the nominal one.
+# /idle). Prints each topic's figure, the true rate and the nominal one. Without telemetry
+# (EZ_TELEMETRY=OFF), every rate must read 0.
 ez_check_rates() { # WHAT [TOPICS]
+  if [ "$EZ_TELEMETRY" = OFF ]; then
+    python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+want = sys.argv[1].split()
+assert sorted(t for t in d["rates"] if t in want) == sorted(want), d["rates"]
+assert all(float(d["rates"][t]) == 0 for t in want), d["rates"]
+print("  telemetry compiled out: every rate reads 0 (%s)" % ", ".join(want))' "${2:-/cam /vision /imu /idle}" ||
+      fail "$1: rates are not all 0 without telemetry"
+    return
+  fi
   python3 -c '
 import datetime, json, os, sys
 d = json.load(sys.stdin)
