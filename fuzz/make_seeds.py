@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Writes the hand-made seed inputs of fuzz/corpus/<target>/seed-* (the input formats are described
 at the top of each fuzz/fuzz_<target>.c). The marshal and dagpickle seeds are copies of
-tests/corpus/{marshal,dag}; regress-* files are crash reproducers and are never touched here.
+tests/corpus/{marshal,dag}; the pickle and meta39 seeds are copies of tests/corpus/{pickle,meta39}
+(and dag/v39_*) plus hostile pickles made here; regress-* files are crash reproducers and are
+never touched here.
 
 Usage: python3 fuzz/make_seeds.py   (from anywhere; rewrites the seed-* files)"""
 import json
@@ -62,6 +64,8 @@ def copy_dir(src, target):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
     for n in sorted(os.listdir(src)):
+        if n.endswith(".md"):
+            continue
         shutil.copyfile(os.path.join(src, n), os.path.join(d, "seed-" + n))
 
 
@@ -97,6 +101,122 @@ def profile_docs():
     }
 
 
+# meta39 selectors (fuzz/fuzz_meta39.c): class index, then META, LIST, DICT, DAG
+M39 = ["process_registration", "ownership_update", "settings_value", "settings_update",
+       "control_request", "control_response", "ping", "stats", "settings_event", "topology_event",
+       "snapshot_session", "snapshot_process", "graph_snapshot", "stream_control", "trace_control",
+       "trace_sample", "trace_batch", "trace_stream_batch", "pub_profile", "sub_profile",
+       "profiling_snapshot"]
+SEL_META, SEL_LIST, SEL_DICT, SEL_DAG, N_SEL = 21, 22, 23, 24, 25
+M39_FILES = {  # tests/corpus/meta39 file -> selector
+    "process_registration.bin": 0, "ownership_update.bin": 1, "settings_value_from_meta.bin": 2,
+    "settings_update.bin": 3, "control_request_enum.bin": 4, "control_request_str.bin": 4,
+    "control_response_ok.bin": 5, "control_response_err.bin": 5, "ping.bin": 6, "stats.bin": 7,
+    "settings_event.bin": 8, "topology_event.bin": 9, "graph_snapshot.bin": 12,
+    "stream_control.bin": 13, "stream_control_default.bin": 13, "trace_control.bin": 14,
+    "trace_batch.bin": 16, "trace_batch_1500.bin": 16, "trace_stream_batch.bin": 17,
+    "profiling_snapshot.bin": 20, "profiling_snapshot_big.bin": 20,
+    "graph_metadata.bin": SEL_META,
+    "settings_events_list.bin": SEL_LIST + N_SEL * 8,   # list of class 8
+    "settings_snapshot_dict.bin": SEL_DICT + N_SEL * 2,  # dict of class 2
+}
+
+
+def frame(body):
+    return b"\x80\x04\x95" + u64(len(body)) + body
+
+
+def sbu(t):  # SHORT_BINUNICODE
+    t = t.encode() if isinstance(t, str) else t
+    return b"\x8c" + u8(len(t)) + t
+
+
+def dataclass(name, fields, mod="ezmsg.core.graphmeta"):
+    """A dataclass instance pickled as Python does (fields: list of (name, pickled value))."""
+    body = sbu(mod) + sbu(name) + b"\x93)\x81}("
+    for k, v in fields:
+        body += sbu(k) + v
+    return body + b"ub"
+
+
+def hostile_pickles():
+    deep = b"\x80\x04" + b"](" * 3000 + b"N" + b"a" + b"e" * 2999 + b"."
+    diamond = b"\x80\x04N\x94"  # 60 tuples, each holding the one before twice: 2**60 paths
+    for i in range(60):
+        diamond += b"h" + u8(i) + b"h" + u8(i) + b"\x86\x94"
+    diamond += b"."
+    basic = open(os.path.join(ROOT, "tests", "corpus", "pickle", "basic_p4.bin"), "rb").read()
+    return {
+        "deep_lists": deep,
+        "deep_dicts": b"\x80\x04" + b"}\x8c\x01k" * 500 + b"N" + b"s" * 500 + b".",
+        "memo_cycle": b"\x80\x04]\x94h\x00a.",
+        "memo_cycle_tuple": b"\x80\x04]\x94h\x00\x85a.",
+        "memo_cycle_object": b"\x80\x04\x8c\x01m\x8c\x01C\x93)\x81\x94}\x8c\x01xh\x00sb.",
+        "memo_sparse": b"\x80\x04Nr\xff\xff\xff\xff0j\xff\xff\xff\xff.",
+        "memo_text": b"\x80\x02Np0\n0g0\n.",
+        "diamond": diamond,
+        "huge_str": b"\x80\x04X\xff\xff\xff\x7f.",
+        "huge_str8": b"\x80\x04\x8d" + u64(2**63) + b".",
+        "huge_bytes8": b"\x80\x04\x8e" + u64(2**40) + b"x.",
+        "huge_bytearray": b"\x80\x05\x96" + u64(2**33) + b".",
+        "huge_long4": b"\x80\x04\x8b\xff\xff\xff\x7f.",
+        "huge_frame": b"\x80\x04\x95" + u64(2**62) + b"N.",
+        "frame_split": b"\x80\x04\x95\x03" + b"\0" * 7 + b"\x8c\x02/a.",
+        "unknown_persid": b"\x80\x04P0\n.",
+        "unknown_ext1": b"\x80\x04\x82\x01.",
+        "unknown_inst": b"\x80\x02(ios\nsystem\n.",
+        "unknown_obj": b"\x80\x02(cos\nsystem\no.",
+        "unknown_buffer": b"\x80\x05\x97.",
+        "unknown_readonly": b"\x80\x05N\x98.",
+        "proto0": b"(lp0\nI1\na.",
+        "no_stop": b"\x80\x04N",
+        "trailing": b"\x80\x04N.N",
+        "truncated_half": basic[:len(basic) // 2],
+        "reduce_os_system": b"\x80\x04\x8c\x02os\x8c\x06system\x93\x8c\x02ls\x85R.",
+        "wrong_class": b"\x80\x04" + dataclass("ProcessPing", [("pid", b"K\x01")], mod="evil") + b".",
+        "second_build": b"\x80\x04\x8c\x01m\x8c\x01C\x93)\x81}b}b.",
+        "newobj_ex": b"\x80\x04\x8c\x01m\x8c\x01C\x93)}\x92(K\x01e}(\x8c\x01kK\x02ub.",
+        "py2_codecs": b"\x80\x02c_codecs\nencode\nX\x02\x00\x00\x00\xc3\xbfX\x06\x00\x00\x00latin1\x86R.",
+        "py2_set": b"\x80\x02c__builtin__\nset\n](K\x01K\x02e\x85R.",
+        "unhashable_key": b"\x80\x04}]Ns.",
+        "setitems_odd": b"\x80\x04}(Nu.",
+    }
+
+
+def meta39_hostile():
+    uuid_int = b"\x8a\x11" + bytes(range(1, 17)) + b"\x00"
+    uu = sbu("uuid") + sbu("UUID") + b"\x93)\x81}" + sbu("int") + uuid_int + b"sb"
+    ping = lambda pid: dataclass("ProcessPing", [("process_id", uu), ("pid", pid), ("host", sbu("h")),
+                                                 ("timestamp", b"G" + struct.pack(">d", 1.5))])
+    topics = b"".join(sbu(f"/t{i}") for i in range(300))
+    fan = b"](" + topics + b"e\x940"  # one list of 300 topics as memo 0, popped
+    graph = b"}(" + b"".join(sbu(f"/k{i}") + b"h\x00" for i in range(300)) + b"u"
+    blowup = (b"\x80\x04" + fan + sbu("ezmsg.core.graphmeta") + sbu("GraphSnapshot") + b"\x93)\x81}(" +
+              sbu("graph") + graph + sbu("edge_owners") + b"}" + sbu("sessions") + b"}" +
+              sbu("processes") + b"}ub.")
+    enum = lambda v: sbu("ezmsg.core.graphmeta") + sbu("ProfileChannelType") + b"\x93" + sbu(v) + b"\x85R"
+    sub = lambda kind: dataclass("SubscriberProfileSnapshot", [
+        ("endpoint_id", sbu("e")), ("topic", sbu("t")), ("messages_received_total", b"K\x01"),
+        ("messages_received_window", b"K\x01"), ("channel_kind_last", kind),
+        ("timestamp", b"K\x01")])
+    value = dataclass("SettingsSnapshotValue", [("serialized", b"N"), ("repr_value", sbu("r")),
+                                                ("structured_value", b"N"), ("settings_schema", b"N")])
+    return {
+        "ping_ok": u8(6) + b"\x80\x04" + ping(b"K\x07") + b".",
+        "ping_bool_pid": u8(6) + b"\x80\x04" + ping(b"\x88") + b".",
+        "ping_as_stats": u8(7) + b"\x80\x04" + ping(b"K\x07") + b".",
+        "ping_missing": u8(6) + b"\x80\x04" + dataclass("ProcessPing", [("pid", b"K\x01")]) + b".",
+        "sub_enum_ok": u8(19) + b"\x80\x04" + sub(enum("TCP")) + b".",
+        "sub_enum_bad": u8(19) + b"\x80\x04" + sub(enum("UDP")) + b".",
+        "sub_enum_str": u8(19) + b"\x80\x04" + sub(sbu("TCP")) + b".",
+        "snapshot_blowup": u8(12) + blowup,
+        "list_not_list": u8(SEL_LIST) + b"\x80\x04N.",
+        "dict_dup_keys": u8(SEL_DICT + N_SEL * 2) + b"\x80\x04}(" + sbu("k") + value +
+                         sbu("k") + value + b"u.",
+        "meta_not_meta": u8(SEL_META) + b"\x80\x04" + ping(b"K\x07") + b".",
+    }
+
+
 def main():
     if os.path.isdir(CORPUS):
         for t in os.listdir(CORPUS):
@@ -108,6 +228,25 @@ def main():
 
     copy_dir(os.path.join(ROOT, "tests", "corpus", "marshal"), "marshal")
     copy_dir(os.path.join(ROOT, "tests", "corpus", "dag"), "dagpickle")
+
+    # pickle: the codec's vectors, a few of the dataclass ones, hostile pickles
+    copy_dir(os.path.join(ROOT, "tests", "corpus", "pickle"), "pickle")
+    for n in ["graph_snapshot.bin", "graph_metadata.bin", "settings_event.bin", "trace_batch.bin"]:
+        write("pickle", "m39_" + n, open(os.path.join(ROOT, "tests", "corpus", "meta39", n), "rb").read())
+    for n in ["v39_owners.bin", "v39_server_sessions.bin", "abc.bin"]:
+        write("pickle", "dag_" + n, open(os.path.join(ROOT, "tests", "corpus", "dag", n), "rb").read())
+    for name, data in hostile_pickles().items():
+        write("pickle", name, data)
+
+    # meta39: a selector byte, then a pickle
+    for n, sel in M39_FILES.items():
+        write("meta39", n, u8(sel) + open(os.path.join(ROOT, "tests", "corpus", "meta39", n), "rb").read())
+    for n in sorted(os.listdir(os.path.join(ROOT, "tests", "corpus", "dag"))):
+        if n.endswith(".md"):
+            continue
+        write("meta39", "dag_" + n, u8(SEL_DAG) + open(os.path.join(ROOT, "tests", "corpus", "dag", n), "rb").read())
+    for name, data in meta39_hostile().items():
+        write("meta39", name, data)
 
     for name, doc in profile_docs().items():
         write("profileparse", name, doc)

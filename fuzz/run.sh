@@ -36,6 +36,7 @@ mkdir -p "$SCRATCH"
 max_len() {
   case $1 in
   dagpickle) echo 8192 ;;
+  pickle | meta39) echo 16384 ;;
   wire | pubacks) echo 1024 ;;
   client | server) echo 2048 ;;
   *) echo 4096 ;;

@@ -6,6 +6,7 @@
  * threads. Nor for the graph server: a segment is attached (SHM_ATTACH) asynchronously, and the
  * link stops reading from its publisher until that is done. */
 #include "channel.h"
+#include "dialect.h"
 #include "txframe.h"
 
 #include <stdio.h>
@@ -198,18 +199,28 @@ static void fail(chan *c, int rc) {
     ezi_chan_link_lost(c);
 }
 
-/* The publisher's side of the handshake: str shm_name, then (after our SHM_OK / FAILED and pid)
- * COMPLETE and u64 num_buffers. Returns bytes used, 0 for more, < 0 on error. */
+/* The publisher's side of the handshake: str topic (released dialect) and str shm_name, then
+ * (after our SHM_OK / FAILED and pid) COMPLETE and u64 num_buffers. Which of the two first frames
+ * it is, the first string's shape says (ezi_dialect_is_segment_name). Returns bytes used, 0 for
+ * more, < 0 on error. */
 static long handshake(chan *c) {
   ezi_rd r;
   ezi_rd_init(&r, ezi_buf_head(&c->pin), ezi_buf_pending(&c->pin), 1024);
   if (!c->hs_named) {
-    const char *name = NULL;
-    size_t n = 0;
-    ezi_rd_str(&r, &name, &n);
+    const char *name = NULL, *topic = NULL;
+    size_t n = 0, nt = 0;
+    if (ezi_rd_str(&r, &name, &n) && !ezi_dialect_is_segment_name(name, n)) {
+      topic = name; /* a released publisher: its topic, then the segment's name */
+      nt = n;
+      ezi_rd_str(&r, &name, &n);
+    }
     int st = ezi_rd_status(&r);
     if (st <= 0) return st;
     c->hs_named = true;
+    c->pub_dialect = topic ? EZ_DIALECT_RELEASED : EZ_DIALECT_PROFILING;
+    EZI_DEBUG("channel %s: publisher %s%s%.*s speaks the %s dialect", c->id, c->pub_id,
+              topic ? " on " : "", (int)(nt > 200 ? 200 : nt), topic ? topic : "",
+              ezi_dialect_name(c->pub_dialect));
     /* The answer waits for the attach (`attached`); a name we cannot attach gets
      * SHM_ATTACH_FAILED at once, and the publisher sends over TCP. */
     if (attach(c, name, n)) answer_name(c);

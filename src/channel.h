@@ -169,6 +169,7 @@ struct chan {
   uint64_t hs_timer; /* the registration's, then the handshake's deadline */
   bool reg_sent;     /* the CHANNEL request went out (registration) */
   bool hs_named;     /* the shm name arrived (and was answered, unless attaching) */
+  int pub_dialect;   /* the publisher's, from the handshake's shape (EZ_DIALECT_*) */
   /* A segment being attached (segattach.c): reading from the publisher pauses meanwhile. */
   ezi_attach *attaching;
   char attach_name[EZI_SHM_NAME_MAX + 1];

@@ -77,6 +77,7 @@ static void on_register(chan *c, uint32_t ev) {
     ezi_buf b = {0};
     ezi_buf_put_u8(&b, EZI_CHANNEL);
     ezi_buf_put_cstr(&b, c->pub_id);
+    ezi_buf_put_u8(&b, EZI_X_CLIENT); /* "an ezmsg-c channel" (wire.h) */
     bool ok = b.data && ezi_outbox_put(c->ctx, &c->gout, b.data, b.len);
     ezi_buf_free(&b);
     if (!ok) return reg_fail(c, EZ_ENOMEM);
@@ -90,9 +91,6 @@ static void on_register(chan *c, uint32_t ev) {
     int st = ezi_reg_parse(ezi_buf_head(&c->gin), ezi_buf_pending(&c->gin), &a);
     if (st < 0) return reg_fail(c, st);
     if (st == 0) continue; /* more to come */
-    if (a.version_len != strlen(EZ_VERSION) || memcmp(a.version, EZ_VERSION, a.version_len))
-      EZI_WARN("version mismatch: graph server %.*s, client %s", (int)a.version_len, a.version,
-               EZ_VERSION);
     char addr[EZI_REG_MAX_STR + 1];
     memcpy(c->id, a.id, 36);
     c->id[36] = 0;

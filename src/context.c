@@ -3,6 +3,8 @@
 #include "context.h"
 #include "channel.h"
 #include "graphclient.h"
+#include "graphserver.h"
+#include "procclient.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -280,6 +282,9 @@ static uint32_t tcp_window(void) {
 
 /* ---- open / close -------------------------------------------------------------------------- */
 
+static void proc_start(void *arg) { ezi_proc_start(arg); }
+static void proc_stop(void *arg) { ezi_proc_stop(arg); }
+
 static void *io_thread(void *arg) {
   ez_context *ctx = arg;
   ezi_loop_run(ctx->loop);
@@ -298,7 +303,8 @@ int ez_context_open(const char *address, ez_context **out) {
     return EZ_EADDR;
   }
   int rc = EZ_OK;
-  int fd = ezi_graph_open(ctx->address, ezi_deadline(2000), NULL, 0);
+  char greeting[64] = "";
+  int fd = ezi_graph_open(ctx->address, ezi_deadline(2000), greeting, sizeof greeting);
   /* The I/O thread connects to the server by a numeric address, so that it never waits for a
    * name lookup (every endpoint of the process would wait with it): the one just reached. */
   snprintf(ctx->server_addr, sizeof ctx->server_addr, "%s", ctx->address);
@@ -322,6 +328,11 @@ int ez_context_open(const char *address, ez_context **out) {
     return rc;
   }
   ctx->pid = (int)getpid();
+  if (ctx->server) snprintf(greeting, sizeof greeting, "%s", ezi_server_greeting(ctx->server));
+  ctx->server_peer = ezi_dialect_of_greeting(greeting, strlen(greeting));
+  EZI_DEBUG("graph server %s greets as ezmsg %s: %s dialect%s", ctx->address, greeting,
+            ezi_dialect_name(ctx->server_peer.dialect),
+            ctx->server_peer.sessions ? ", with sessions" : "");
   if (!ctx->host[0]) snprintf(ctx->host, sizeof ctx->host, "%.63s", host); /* embedded server */
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_mutex_init(&ctx->dirty_mu, NULL);
@@ -336,6 +347,7 @@ int ez_context_open(const char *address, ez_context **out) {
     ezi_loop_set_idle_hook(ctx->loop, ezi_tcpring_idle, ctx);
     if (pthread_create(&ctx->thread, NULL, io_thread, ctx)) rc = EZ_ESYS;
   }
+  if (!rc) ezi_ctx_call(ctx, proc_start, ctx); /* a released graph's process link */
   if (rc) {
     if (ctx->loop) ezi_loop_free(ctx->loop);
     ezi_tick_free(ctx->tick);
@@ -367,6 +379,7 @@ void ez_context_close(ez_context *ctx) {
     if (!p) break;
     ez_pub_destroy(p);
   }
+  ezi_ctx_call(ctx, proc_stop, ctx);
   ezi_loop_stop(ctx->loop);
   pthread_join(ctx->thread, NULL);
   ezi_loop_free(ctx->loop);

@@ -12,6 +12,7 @@
 #ifndef EZI_CONTEXT_H
 #define EZI_CONTEXT_H
 
+#include "dialect.h"
 #include "internal.h"
 #include "loop.h"
 #include "marshal.h"
@@ -138,6 +139,8 @@ struct ez_context {
   ezi_tick *tick;      /* expires its publishers' sampled stamps (telclock.h) */
   char host[64];       /* this process's address as seen for profiles */
   int pid;
+  ezi_peer_version server_peer; /* what the graph server's greeting said at open (dialect.h) */
+  struct ezi_proc *proc;        /* the process link in a released graph (procclient.h), or NULL */
 };
 
 /* Runs fn(arg) on the context's I/O thread and waits for it. From the I/O thread itself, runs it

@@ -1,16 +1,25 @@
 /* The topic graph: nodes in slots found through an open-addressing hash table, out-edges as
- * arrays of slot indices, in-edges as a count (enough for pruning). Cycle checks and reachability
- * are a breadth-first search over scratch arrays kept as large as the slot array. */
+ * arrays of slot indices with each edge's owners alongside, in-edges as a count (enough for
+ * pruning). Cycle checks and reachability are a breadth-first search over scratch arrays kept as
+ * large as the slot array. */
 #include "dag.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* Who holds an edge: the persistent owner (CONNECT) and sessions, by their strings. */
+typedef struct owners {
+  bool persistent;
+  uint32_t n, cap;
+  char **s; /* malloc'd strings */
+} owners;
 
 typedef struct node {
   char *name; /* NULL: a free slot */
   size_t len;
   uint64_t hash;
   uint32_t *out; /* targets (slot indices), unordered */
+  owners *own;   /* own[k]: the owners of the edge to out[k] (never none) */
   uint32_t n_out, cap_out;
   uint32_t n_in;
 } node;
@@ -40,11 +49,25 @@ static uint64_t hash_bytes(const char *s, size_t len) {
 
 ezi_dag *ezi_dag_new(void) { return calloc(1, sizeof(ezi_dag)); }
 
+static void free_owners(owners *o) {
+  for (uint32_t i = 0; i < o->n; i++)
+    free(o->s[i]);
+  free(o->s);
+  *o = (owners){0};
+}
+
+static void free_node_parts(node *nd) {
+  for (uint32_t k = 0; k < nd->n_out; k++)
+    free_owners(&nd->own[k]);
+  free(nd->name);
+  free(nd->out);
+  free(nd->own);
+}
+
 void ezi_dag_free(ezi_dag *d) {
   if (!d) return;
   for (uint32_t i = 0; i < d->n_slots; i++) {
-    free(d->nodes[i].name);
-    free(d->nodes[i].out);
+    free_node_parts(&d->nodes[i]);
   }
   free(d->nodes);
   free(d->free_slots);
@@ -121,9 +144,10 @@ static int reserve(ezi_dag *d, uint32_t extra) {
 
 /* Inserts a prepared node (name already allocated) into a slot; room was reserved. */
 static uint32_t insert_node(ezi_dag *d, char *name, size_t len, uint64_t h, uint32_t *out,
-                            uint32_t cap_out) {
+                            owners *own, uint32_t cap_out) {
   uint32_t slot = d->n_free ? d->free_slots[--d->n_free] : d->n_slots++;
-  d->nodes[slot] = (node){.name = name, .len = len, .hash = h, .out = out, .cap_out = cap_out};
+  d->nodes[slot] =
+      (node){.name = name, .len = len, .hash = h, .out = out, .own = own, .cap_out = cap_out};
   d->table[probe(d, name, len, h)] = slot + 1;
   d->n_live++;
   return slot;
@@ -143,8 +167,7 @@ static void delete_node(ezi_dag *d, uint32_t slot) {
     i = j;
   }
   d->table[i] = 0;
-  free(nd->name);
-  free(nd->out);
+  free_node_parts(nd);
   *nd = (node){0};
   d->free_slots[d->n_free++] = slot;
   d->n_live--;
@@ -177,20 +200,80 @@ static bool reach(const ezi_dag *d, uint32_t a, uint32_t b) {
   return found;
 }
 
-static bool has_edge(const node *nd, uint32_t t) {
+/* Position of the edge to t in nd's out-edges, or -1. */
+static int64_t edge_at(const node *nd, uint32_t t) {
   for (uint32_t k = 0; k < nd->n_out; k++)
-    if (nd->out[k] == t) return true;
+    if (nd->out[k] == t) return k;
+  return -1;
+}
+
+static bool owner_has(const owners *o, const char *owner) {
+  if (!owner) return o->persistent;
+  for (uint32_t i = 0; i < o->n; i++)
+    if (strcmp(o->s[i], owner) == 0) return true;
   return false;
 }
 
-int ezi_dag_add_edge(ezi_dag *d, const char *from, const char *to) {
+/* Adds owner (not there yet). */
+static int owner_add(owners *o, const char *owner) {
+  if (!owner) return o->persistent = true, 0;
+  if (o->n == o->cap) {
+    if (o->cap > UINT32_MAX / 2) return EZ_ENOMEM;
+    uint32_t nc = o->cap ? o->cap * 2 : 2;
+    char **ns = realloc(o->s, (size_t)nc * sizeof(*ns));
+    if (!ns) return EZ_ENOMEM;
+    o->s = ns;
+    o->cap = nc;
+  }
+  size_t n = strlen(owner);
+  char *c = malloc(n + 1);
+  if (!c) return EZ_ENOMEM;
+  o->s[o->n++] = memcpy(c, owner, n + 1);
+  return 0;
+}
+
+static void owner_remove(owners *o, const char *owner) {
+  if (!owner) {
+    o->persistent = false;
+    return;
+  }
+  for (uint32_t i = 0; i < o->n; i++) {
+    if (strcmp(o->s[i], owner) != 0) continue;
+    free(o->s[i]);
+    o->s[i] = o->s[--o->n];
+    return;
+  }
+}
+
+/* Room for one more out-edge of nd (targets and owners grow together). */
+static int grow_out(node *nd) {
+  if (nd->n_out < nd->cap_out) return 0;
+  if (nd->cap_out > UINT32_MAX / 2) return EZ_ENOMEM;
+  uint32_t nc = nd->cap_out ? nd->cap_out * 2 : 4;
+  uint32_t *o = realloc(nd->out, (size_t)nc * sizeof(*o));
+  if (!o) return EZ_ENOMEM;
+  nd->out = o;
+  owners *w = realloc(nd->own, (size_t)nc * sizeof(*w));
+  if (!w) return EZ_ENOMEM;
+  nd->own = w;
+  nd->cap_out = nc;
+  return 0;
+}
+
+int ezi_dag_add_edge_owned(ezi_dag *d, const char *from, const char *to, const char *owner,
+                           bool *changed) {
+  if (changed) *changed = false;
   if (!d || !from || !to) return EZ_EINVAL;
   if (strcmp(from, to) == 0) return EZ_ECYCLIC;
   size_t lf = strlen(from), lt = strlen(to);
   uint64_t hf = hash_bytes(from, lf), ht = hash_bytes(to, lt);
   int64_t fi = find(d, from, lf, hf), ti = find(d, to, lt, ht);
   if (fi >= 0 && ti >= 0) {
-    if (has_edge(&d->nodes[fi], (uint32_t)ti)) return 0;
+    int64_t k = edge_at(&d->nodes[fi], (uint32_t)ti);
+    if (k >= 0) { /* the edge exists: at most a new owner, no change of topology */
+      owners *o = &d->nodes[fi].own[k];
+      return owner_has(o, owner) ? 0 : owner_add(o, owner);
+    }
     if (reach(d, (uint32_t)ti, (uint32_t)fi)) return EZ_ECYCLIC;
   }
   /* Allocate everything first, then commit: on failure nothing has changed. */
@@ -198,55 +281,125 @@ int ezi_dag_add_edge(ezi_dag *d, const char *from, const char *to) {
   if (rc) return rc;
   char *nf = NULL, *nt = NULL;
   uint32_t *fout = NULL;
+  owners *fown = NULL, first = {0};
   uint32_t fcap = 0;
   if (fi < 0) {
     nf = malloc(lf + 1);
     fout = malloc(4 * sizeof(uint32_t));
+    fown = malloc(4 * sizeof(owners));
     fcap = 4;
-  } else if (d->nodes[fi].n_out == d->nodes[fi].cap_out) {
-    node *nd = &d->nodes[fi];
-    if (nd->cap_out > UINT32_MAX / 2) return EZ_ENOMEM;
-    uint32_t nc = nd->cap_out ? nd->cap_out * 2 : 4;
-    uint32_t *o = realloc(nd->out, (size_t)nc * sizeof(*o));
-    if (!o) return EZ_ENOMEM;
-    nd->out = o;
-    nd->cap_out = nc;
+  } else if ((rc = grow_out(&d->nodes[fi]))) {
+    return rc;
   }
   if (ti < 0) nt = malloc(lt + 1);
-  if ((fi < 0 && (!nf || !fout)) || (ti < 0 && !nt)) {
+  if ((fi < 0 && (!nf || !fout || !fown)) || (ti < 0 && !nt) || owner_add(&first, owner)) {
     free(nf);
     free(nt);
     free(fout);
+    free(fown);
+    free_owners(&first);
     return EZ_ENOMEM;
   }
-  if (fi < 0) fi = insert_node(d, memcpy(nf, from, lf + 1), lf, hf, fout, fcap);
-  if (ti < 0) ti = insert_node(d, memcpy(nt, to, lt + 1), lt, ht, NULL, 0);
+  if (fi < 0) fi = insert_node(d, memcpy(nf, from, lf + 1), lf, hf, fout, fown, fcap);
+  if (ti < 0) ti = insert_node(d, memcpy(nt, to, lt + 1), lt, ht, NULL, NULL, 0);
   node *fn = &d->nodes[fi];
+  fn->own[fn->n_out] = first;
   fn->out[fn->n_out++] = (uint32_t)ti;
   d->nodes[ti].n_in++;
   d->n_edges++;
+  if (changed) *changed = true;
   return 0;
 }
 
-int ezi_dag_remove_edge(ezi_dag *d, const char *from, const char *to) {
+int ezi_dag_add_edge(ezi_dag *d, const char *from, const char *to) {
+  return ezi_dag_add_edge_owned(d, from, to, NULL, NULL);
+}
+
+int ezi_dag_remove_edge_owned(ezi_dag *d, const char *from, const char *to, const char *owner,
+                              bool *changed) {
+  if (changed) *changed = false;
   if (!d || !from || !to) return EZ_EINVAL;
   size_t lf = strlen(from), lt = strlen(to);
   int64_t fi = find(d, from, lf, hash_bytes(from, lf));
   int64_t ti = find(d, to, lt, hash_bytes(to, lt));
   if (fi < 0 || ti < 0) return 0;
   node *fn = &d->nodes[fi];
-  for (uint32_t k = 0; k < fn->n_out; k++) {
-    if (fn->out[k] != (uint32_t)ti) continue;
-    fn->out[k] = fn->out[--fn->n_out];
-    d->nodes[ti].n_in--;
-    d->n_edges--;
-    break;
-  }
+  int64_t k = edge_at(fn, (uint32_t)ti);
+  if (k < 0 || !owner_has(&fn->own[k], owner)) return 0;
+  owner_remove(&fn->own[k], owner);
+  if (fn->own[k].persistent || fn->own[k].n) return 0; /* still owned: no change */
+  free_owners(&fn->own[k]);
+  fn->out[k] = fn->out[fn->n_out - 1];
+  fn->own[k] = fn->own[fn->n_out - 1];
+  fn->n_out--;
+  d->nodes[ti].n_in--;
+  d->n_edges--;
+  if (changed) *changed = true;
   /* Only the two ends can have lost their last edge (no other node is ever edgeless). */
   if (fn->n_out == 0 && fn->n_in == 0) delete_node(d, (uint32_t)fi);
   node *tn = &d->nodes[ti];
   if (tn->name && tn->n_out == 0 && tn->n_in == 0) delete_node(d, (uint32_t)ti);
   return 0;
+}
+
+int ezi_dag_remove_edge(ezi_dag *d, const char *from, const char *to) {
+  return ezi_dag_remove_edge_owned(d, from, to, NULL, NULL);
+}
+
+int ezi_dag_remove_owner(ezi_dag *d, const char *owner,
+                         void (*removed)(void *user, const char *from, const char *to),
+                         void *user) {
+  if (!d) return EZ_EINVAL;
+  /* First the owner's edges, copied (removing one may free its nodes' names). */
+  size_t n = 0, cap = 0;
+  char **pairs = NULL; /* from, to, from, to, ... */
+  int rc = 0;
+  for (uint32_t i = 0; i < d->n_slots && !rc; i++) {
+    const node *nd = &d->nodes[i];
+    for (uint32_t k = 0; nd->name && k < nd->n_out && !rc; k++) {
+      if (!owner_has(&nd->own[k], owner)) continue;
+      if (n + 2 > cap) {
+        size_t nc = cap ? cap * 2 : 16;
+        char **np = realloc(pairs, nc * sizeof(*np));
+        if (!np) {
+          rc = EZ_ENOMEM;
+          break;
+        }
+        pairs = np;
+        cap = nc;
+      }
+      pairs[n] = strdup(nd->name);
+      pairs[n + 1] = strdup(d->nodes[nd->out[k]].name);
+      n += 2;
+      if (!pairs[n - 2] || !pairs[n - 1]) rc = EZ_ENOMEM;
+    }
+  }
+  for (size_t i = 0; i < n && !rc; i += 2) {
+    bool changed;
+    ezi_dag_remove_edge_owned(d, pairs[i], pairs[i + 1], owner, &changed);
+    if (changed && removed) removed(user, pairs[i], pairs[i + 1]);
+  }
+  for (size_t i = 0; i < n; i++)
+    free(pairs[i]);
+  free(pairs);
+  return rc;
+}
+
+size_t ezi_dag_edge_owners(const ezi_dag *d, const char *from, const char *to,
+                           const char **owners_out, size_t cap, bool *persistent) {
+  if (persistent) *persistent = false;
+  if (!d || !from || !to) return 0;
+  size_t lf = strlen(from), lt = strlen(to);
+  int64_t fi = find(d, from, lf, hash_bytes(from, lf));
+  int64_t ti = find(d, to, lt, hash_bytes(to, lt));
+  if (fi < 0 || ti < 0) return 0;
+  int64_t k = edge_at(&d->nodes[fi], (uint32_t)ti);
+  if (k < 0) return 0;
+  const owners *o = &d->nodes[fi].own[k];
+  if (persistent) *persistent = o->persistent;
+  for (uint32_t i = 0; i < o->n && i < cap; i++)
+    owners_out[i] = o->s[i];
+  return o->n;
 }
 
 bool ezi_dag_reaches(const ezi_dag *d, const char *a, const char *b) {

@@ -26,13 +26,42 @@ ezi_dag *ezi_dag_new(void);
 /* Frees the graph and everything in it. NULL is a no-op. */
 void ezi_dag_free(ezi_dag *d);
 
-/* Adds the edge from -> to (the strings are copied). Returns 0 on success or if the edge was
- * already there; EZ_ECYCLIC if from == to or the edge would close a cycle; EZ_EINVAL for NULL
- * arguments; EZ_ENOMEM. On any error the graph is unchanged. Afterwards both topics are nodes. */
-int ezi_dag_add_edge(ezi_dag *d, const char *from, const char *to);
+/* Edges have owners, as in ezmsg 3.9's DAG (dag.py): the persistent owner (a CONNECT to the
+ * graph server; NULL here, None in Python) and sessions (any other string: the session's UUID in
+ * its canonical form). An edge exists while it has at least one owner; the topology changes only
+ * when an edge appears (its first owner) or disappears (its last one), and then every node left
+ * without edges in and out is removed. Owner strings are copied. */
 
-/* Removes the edge from -> to if present (absent is fine). Then every node left without edges in
- * and out is removed. Returns 0, or EZ_EINVAL for NULL arguments. */
+/* Adds `owner` (NULL: persistent) to the edge from -> to. *changed (may be NULL) is set true if
+ * the edge is new. Returns 0 (also when the owner already had the edge); EZ_ECYCLIC if from == to
+ * or a new edge would close a cycle; EZ_EINVAL for NULL topics; EZ_ENOMEM. On any error the graph
+ * is unchanged. Afterwards both topics are nodes. */
+int ezi_dag_add_edge_owned(ezi_dag *d, const char *from, const char *to, const char *owner,
+                           bool *changed);
+
+/* Removes `owner` (NULL: persistent) from the edge from -> to, if it has it; the edge goes with
+ * its last owner (then *changed, which may be NULL, is set true, and its ends are pruned if they
+ * have no other edge). Returns 0 (absent edges and owners are fine), or EZ_EINVAL for NULL
+ * topics. */
+int ezi_dag_remove_edge_owned(ezi_dag *d, const char *from, const char *to, const char *owner,
+                              bool *changed);
+
+/* Removes `owner` from every edge it holds (a session that ended); removed(user, from, to), if
+ * not NULL, is called for each edge that went away with it, after its removal (the strings are
+ * valid during the call). Returns 0, EZ_EINVAL, or EZ_ENOMEM (then nothing was removed). */
+int ezi_dag_remove_owner(ezi_dag *d, const char *owner,
+                         void (*removed)(void *user, const char *from, const char *to), void *user);
+
+/* The owners of the edge from -> to: *persistent (may be NULL) tells whether the persistent
+ * owner holds it; up to cap session owners go to owners_out (views valid until the edge
+ * changes). Returns the number of session owners (0 without the edge, and *persistent false). */
+size_t ezi_dag_edge_owners(const ezi_dag *d, const char *from, const char *to,
+                           const char **owners_out, size_t cap, bool *persistent);
+
+/* The persistent owner's add and remove (CONNECT / DISCONNECT), as before owners existed:
+ * ezi_dag_add_edge_owned(d, from, to, NULL, NULL) and ezi_dag_remove_edge_owned(d, from, to,
+ * NULL, NULL). An edge that sessions also own stays after ezi_dag_remove_edge. */
+int ezi_dag_add_edge(ezi_dag *d, const char *from, const char *to);
 int ezi_dag_remove_edge(ezi_dag *d, const char *from, const char *to);
 
 /* True if a == b (a topic is its own upstream and downstream, even if not a node), or if there
@@ -46,24 +75,51 @@ size_t ezi_dag_num_nodes(const ezi_dag *d);
  * with ez_graph_free. Returns 0 or EZ_ENOMEM (then *out is zeroed). */
 int ezi_dag_export(const ezi_dag *d, ez_graph *out);
 
-/* Encodes the graph as a Python pickle (protocol 4) of an ezmsg.core.dag.DAG whose `graph` is a
- * collections.defaultdict(set): bytes that Python's pickle.loads turns into an equal DAG. Nodes
- * and set items are written in sorted order with Python's memo and batching rules, in one FRAME;
- * so below 64 KiB, with at most one target per node, the bytes equal Python's own pickle of the
- * DAG built in that order. *out is malloc'd (caller frees), *len its length. Returns 0, EZ_ENOMEM,
- * or EZ_EINVAL if a topic is not UTF-8 (Python could not load it); *out is NULL on error. */
+/* Encodes the graph as a Python pickle (protocol 4) of an ezmsg 3.9 ezmsg.core.dag.DAG: its
+ * `graph`, a collections.defaultdict(set) of every node, and its `edge_owners`, a dict of
+ * (from, to) tuples to sets of owners: None for the persistent owner, a uuid.UUID for an owner
+ * string that is a UUID (any case; read back in lower case), the str itself otherwise. Python
+ * 3.9.0 loads it to an equal DAG; the seed dialect's DAG (no edge_owners field) loads it too,
+ * with the same `graph` (BUILD just sets the extra attribute). Nodes, targets and edges are
+ * written in sorted order (persistent first, then owners sorted), framed as Python frames, so a
+ * DAG whose edges are all persistent and were added in that order comes out as Python's own
+ * bytes for it. *out is malloc'd (caller frees), *len its length. Returns 0, EZ_ENOMEM, or
+ * EZ_EINVAL if a topic or owner is not UTF-8 (Python could not load it); *out is NULL on error. */
 int ezi_dag_pickle(const ezi_dag *d, uint8_t **out, size_t *len);
 
-/* Decodes a pickle of an ezmsg.core.dag.DAG, as Python's graph server sends it, into *out (see
- * the layout above; targets that are not keys become nodes without edges). Only the opcodes
- * Python emits for it are understood (PROTO 4/5, FRAME, SHORT_BINUNICODE, BINUNICODE, MEMOIZE,
- * BINGET, LONG_BINGET, GLOBAL, STACK_GLOBAL, EMPTY_TUPLE, TUPLE1, NEWOBJ, REDUCE, EMPTY_DICT,
- * EMPTY_SET, MARK, ADDITEMS, SETITEM, SETITEMS, BUILD, STOP), and only the globals
- * ezmsg.core.dag.DAG, collections.defaultdict and builtins.set; nothing is executed. Returns 0,
- * EZ_ENOMEM, or EZ_EPROTO for anything unknown, malformed or inconsistent (including trailing
- * bytes, strings over EZ_MAX_CONTROL_STR, non-UTF-8 or with a NUL, duplicate keys, and more
- * edges than input bytes). Memory use is O(len). On error *out is zeroed. */
+/* Decodes a pickle of an ezmsg.core.dag.DAG, as Python's graph server sends it: the older form
+ * (seed dialect, ezmsg 3.7 and 3.8: `graph` only) or ezmsg 3.9's (with `edge_owners`), into *out
+ * (see the layout above; targets that are not keys become nodes without edges). The bytes are
+ * decoded by the general codec (pickle.h: nothing is executed, memory is O(len)) and must then
+ * have exactly the DAG's shape: PROTO 4 or 5; ezmsg.core.dag.DAG() with a state of `graph` (a
+ * collections.defaultdict(builtins.set) of str -> set of str) and optionally `edge_owners` (a
+ * dict of (str, str) -> non-empty set of None / uuid.UUID / str, whose keys are exactly the
+ * graph's edges). Returns 0, EZ_ENOMEM, or EZ_EPROTO for anything else, malformed or
+ * inconsistent (including trailing bytes, strings over EZ_MAX_CONTROL_STR, non-UTF-8 or with a
+ * NUL, duplicate keys or owners, and more edges or owners than input bytes). On error *out is
+ * zeroed. */
 int ezi_dag_unpickle(const uint8_t *buf, size_t len, ez_graph *out);
+
+/* The owners of each edge, as ezi_dag_unpickle_owned reports them: one allocation (free with
+ * ezi_dag_owners_free). Edges sorted by (from, to); each one's owners sorted, NULL (the
+ * persistent owner) first. present is false for the older form, which has no owners. */
+typedef struct ezi_dag_edge_own {
+  const char *from, *to;
+  size_t n;
+  const char **owners;
+} ezi_dag_edge_own;
+
+typedef struct ezi_dag_owners {
+  bool present;
+  size_t n_edges;
+  ezi_dag_edge_own *edges;
+} ezi_dag_owners;
+
+/* ezi_dag_unpickle, and (owners not NULL) the edges' owners into *owners (zeroed on error). */
+int ezi_dag_unpickle_owned(const uint8_t *buf, size_t len, ez_graph *out, ezi_dag_owners *owners);
+
+/* Frees what ezi_dag_unpickle_owned filled in and zeroes it. NULL is a no-op. */
+void ezi_dag_owners_free(ezi_dag_owners *owners);
 
 /* A string view (not NUL-terminated; must not contain NUL). */
 typedef struct ezi_strv {

@@ -1,6 +1,8 @@
 /* One-shot requests to a graph server: each opens a connection, reads the version, sends one
  * command, reads the answer and hangs up. Blocking, with a deadline for the whole exchange. */
 #include "dag.h"
+#include "dialect.h"
+#include "profile39.h"
 #include "internal.h"
 #include "graphclient.h"
 #include "wire.h"
@@ -103,8 +105,8 @@ int ezi_graph_open(const char *address, uint64_t deadline, char *version, size_t
     /* Accepted, then closed before the greeting: a server at its client limit does that. */
     return rc == EZ_ECONNLOST ? EZ_EREFUSED : rc;
   }
-  if (strcmp(ver, EZ_VERSION) != 0)
-    EZI_WARN("version mismatch: graph server %s, client %s", ver, EZ_VERSION);
+  /* No warning for another version: a server's greeting names its dialect (dialect.h), and a
+   * context says once, at debug level, which one it is (ez_context_open). */
   if (version && cap) snprintf(version, cap, "%s", ver);
   free(ver);
   return fd;
@@ -217,26 +219,51 @@ int ez_graph_dag(const char *address, ez_graph *out, int timeout_ms) {
   return rc;
 }
 
+/* PROFILE on a connection already greeted: window_ms and the command in one write (a server of
+ * ours waits a little for them before it takes a lone 21 for the released dialect's SESSION). */
+static int profile_on(int fd, double window_s, char **json, uint64_t deadline) {
+  uint8_t req[9] = {EZI_PROFILE}, r = 0, done = 0;
+  ezi_put_u64le(req + 1, (uint64_t)(window_s * 1000.0 + 0.5));
+  int rc = ezi_io_write(fd, req, sizeof req, deadline);
+  if (!rc) rc = expect_byte(fd, &r, deadline);
+  if (!rc && r != EZI_PROFILE_DATA) rc = EZ_EPROTO;
+  if (!rc) rc = ezi_io_read_str(fd, json, NULL, MAX_PROFILE_BYTES, deadline);
+  if (!rc) rc = expect_byte(fd, &done, deadline);
+  if (!rc && done != EZI_COMPLETE) rc = EZ_EPROTO;
+  if (rc) {
+    free(*json);
+    *json = NULL;
+  }
+  return rc;
+}
+
+int ezi_profile_request(const char *address, double window_s, char **json, uint64_t deadline) {
+  *json = NULL;
+  int fd = ezi_graph_open(address, deadline, NULL, 0);
+  if (fd < 0) return fd;
+  int rc = profile_on(fd, window_s, json, deadline);
+  close(fd);
+  return rc;
+}
+
 int ez_profile(const char *address, double window_s, char **json, int timeout_ms) {
   if (!json) return EZ_EINVAL;
   *json = NULL;
   if (!(window_s >= 0)) window_s = 0; /* also NaN */
   if (window_s > EZ_PROFILE_MAX_WINDOW_S) window_s = EZ_PROFILE_MAX_WINDOW_S;
   uint64_t deadline = ezi_deadline(timeout_ms);
-  int fd = request(address, EZI_PROFILE, NULL, NULL, deadline);
+  char ver[64] = "";
+  int fd = ezi_graph_open(address, deadline, ver, sizeof ver);
   if (fd < 0) return fd;
-  uint8_t ms[8], r = 0, done = 0;
-  ezi_put_u64le(ms, (uint64_t)(window_s * 1000.0 + 0.5));
-  int rc = ezi_io_write(fd, ms, 8, deadline);
-  if (!rc) rc = expect_byte(fd, &r, deadline);
-  if (!rc && r != EZI_PROFILE_DATA) rc = EZ_EPROTO;
-  if (!rc) rc = ezi_io_read_str(fd, json, NULL, MAX_PROFILE_BYTES, deadline);
-  if (!rc) rc = expect_byte(fd, &done, deadline);
-  if (!rc && done != EZI_COMPLETE) rc = EZ_EPROTO;
-  close(fd);
-  if (rc) {
-    free(*json);
-    *json = NULL;
+  ezi_peer_version pv = ezi_dialect_of_greeting(ver, strlen(ver));
+  if (pv.dialect == EZ_DIALECT_PROFILING) {
+    int rc = profile_on(fd, window_s, json, deadline);
+    close(fd);
+    return rc;
   }
-  return rc;
+  close(fd);
+  /* The released dialect has no PROFILE (3.9.0 reads its bytes as a SESSION and commands):
+   * ask the processes (3.9), or nothing is there to ask (3.7, 3.8). */
+  if (!pv.sessions) return EZ_ENOTSUP;
+  return ezi_profile39(address, window_s, ezi_ms_left(deadline), json);
 }

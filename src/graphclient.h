@@ -16,4 +16,8 @@ int ezi_io_read_str(int fd, char **out, size_t *len, uint64_t max, uint64_t dead
  * negative EZ_E* (EZ_ENOSERVER if nobody answers). */
 int ezi_graph_open(const char *address, uint64_t deadline, char *version, size_t cap);
 
+/* PROFILE (the profiling dialect's, or our own server's in either) on a new connection: the
+ * document's text into *json (malloc'd). 0 or an EZ_* code. */
+int ezi_profile_request(const char *address, double window_s, char **json, uint64_t deadline);
+
 #endif

@@ -248,6 +248,7 @@ int ez_pub_create(ez_context *ctx, const char *topic, const ez_pub_opts *opts, e
   /* The graph link now belongs to the I/O thread: send through its outbox and let it read the
    * COMPLETE (it wakes us through `registered`). */
   ezi_buf_put_cstr(&b, addr);
+  ezi_buf_put_u8(&b, EZI_X_CLIENT); /* after the address: "an ezmsg-c publisher" (wire.h) */
   ezi_outbox_put(ctx, &p->gout, b.data, b.len);
   ezi_buf_free(&b);
   pthread_mutex_lock(&p->mu);

@@ -138,6 +138,10 @@ static long handshake(pub_chan *pc) {
   if (pc->state == PC_HANDSHAKE) {
     memcpy(pc->id, id, 36);
     pthread_mutex_lock(&p->mu); /* send_slot reads the state under it */
+    /* A channel does not say which dialect it speaks: a released one reads our topic first, a
+     * profiling one only the segment's name. Speak the graph server's (dialect.h); an ezmsg-c
+     * channel reads either. */
+    if (p->ctx->server_peer.dialect == EZ_DIALECT_RELEASED) ezi_buf_put_cstr(&b, p->topic);
     ezi_buf_put_cstr(&b, p->seg->shm.name);
     pc->state = PC_AWAIT_SHM;
     pthread_mutex_unlock(&p->mu);

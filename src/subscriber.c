@@ -224,6 +224,7 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
     if (local && ezi_lchan_take(s, m)) { /* (it sets local_recent) */
       if (s->efd >= 0) maybe_empty(s);
       pthread_mutex_unlock(&s->mu);
+      __atomic_store_n(&s->received, s->received + 1, __ATOMIC_RELAXED);
       return 0;
     }
     note x = s->q[s->head];
@@ -231,7 +232,10 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
     s->head = (s->head + 1) % s->cap;
     if (--s->n == 0) maybe_empty(s);
     pthread_mutex_unlock(&s->mu);
-    if (ezi_chan_view(x.cs, x.msg_id, m) == 0) return 0;
+    if (ezi_chan_view(x.cs, x.msg_id, m) == 0) {
+      __atomic_store_n(&s->received, s->received + 1, __ATOMIC_RELAXED);
+      return 0;
+    }
   }
 }
 
@@ -350,6 +354,7 @@ int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, e
   ezi_buf b = {0};
   ezi_buf_put_u8(&b, EZI_SUBSCRIBE);
   ezi_buf_put_cstr(&b, topic);
+  ezi_buf_put_u8(&b, EZI_X_CLIENT); /* "an ezmsg-c subscriber" (wire.h) */
   int rc = b.data ? ezi_io_write(fd, b.data, b.len, deadline) : EZ_ENOMEM;
   ezi_buf_free(&b);
   char *id = NULL;

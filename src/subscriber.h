@@ -52,6 +52,7 @@ struct ez_sub {
   uint32_t want_signal; /* atomic: a local publisher must signal (cv, efd) at its next message */
   char pad1_[64];
   /* the receiving thread's own (one thread at a time per subscriber) */
+  uint64_t received;    /* atomic, one writer (the receiving thread): messages ez_recv gave out */
   bool local_recent;    /* the last message came from a publisher in this process */
   uint32_t spin_score;  /* how often polling found a message: 0..1024, a moving average */
   uint32_t since_probe; /* waits since the last poll */

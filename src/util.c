@@ -25,6 +25,7 @@ const char *ez_strerror(int err) {
   case EZ_ESYS: return "system call failed";
   case EZ_ECYCLIC: return "would create a cycle";
   case EZ_EREFUSED: return "the graph server refused the connection (at its client limit?)";
+  case EZ_ENOTSUP: return "not supported by the peer's ezmsg version";
   default: return "unknown error";
   }
 }

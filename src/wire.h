@@ -36,6 +36,28 @@ enum ezi_cmd {
   EZI_SHM_ATTACH_FAILED = 20,
   EZI_PROFILE = 21,
   EZI_PROFILE_DATA = 22,
+  /* The released dialect's (3.9.0) control plane, which reuses 21 and 22 (dialect.h): sessions
+   * of a GraphContext, per-process control and their event streams (docs/protocol39.md). */
+  EZI_SESSION = 21,
+  EZI_SESSION_CONNECT = 22,
+  EZI_SESSION_DISCONNECT = 23,
+  EZI_SESSION_CLEAR = 24,
+  EZI_SESSION_REGISTER = 25,
+  EZI_SESSION_SNAPSHOT = 26,
+  EZI_SESSION_SETTINGS_SNAPSHOT = 27,
+  EZI_SESSION_SETTINGS_EVENTS = 28,
+  EZI_SESSION_SETTINGS_SUBSCRIBE = 29,
+  EZI_SESSION_TOPOLOGY_SUBSCRIBE = 30,
+  EZI_SESSION_PROFILING_SUBSCRIBE = 31,
+  EZI_SESSION_PROCESS_REQUEST = 32,
+  EZI_PROCESS = 33,
+  EZI_PROCESS_REGISTER = 34,
+  EZI_PROCESS_UPDATE_OWNERSHIP = 35,
+  EZI_PROCESS_SETTINGS_UPDATE = 36,
+  EZI_PROCESS_PROFILING_TRACE_UPDATE = 37,
+  EZI_PROCESS_ROUTE_REQUEST = 38,
+  EZI_PROCESS_ROUTE_RESPONSE = 39,
+  EZI_ERROR = 40,
   /* ezmsg-c's extension between a channel and a publisher that are both ezmsg-c (shmring.h). A
    * channel asks with one byte in [EZI_X_ASK_MIN, 0xff]; the reference ignores unknown bytes
    * from a channel, and so do we (an ask a publisher does not know gets no answer, and the link
@@ -53,6 +75,12 @@ enum ezi_cmd {
    * order) and a bytes payload (an ezmsg-c publisher sends nothing else). A publisher sends it
    * only on a window (after X_WIN) to a channel that asked, for payloads below 4 GiB. */
   EZI_X_ASK_MIN = 0xe0,
+  /* On a graph connection, from a registered client (publisher, subscriber, channel) to its
+   * server, once registered: "I am ezmsg-c" (so our server may send it PROFILE in either dialect).
+   * Every Python graph server reads a registered client's bytes one at a time and ignores all
+   * but COMPLETE (and PROFILE_DATA, in the profiling dialect), so this one byte is harmless to
+   * them; our server ignores other bytes from EZI_X_ASK_MIN up, for later additions. */
+  EZI_X_CLIENT = 0xf0,
   EZI_X_HELLO = 0xe5,
   EZI_X_RING = 0xe6,
   EZI_X_WIN_ASK_V1 = 0xe7,

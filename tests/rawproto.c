@@ -3,6 +3,9 @@
 
 #include "harness.h"
 
+#include "dialect.h"
+#include "wire.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -207,3 +210,13 @@ void rp_sub_update(int fd, char *ids, size_t cap) {
   rp_rd_str(fd, ids, cap);
   rp_wr_u8(fd, COMPLETE);
 }
+
+void rp_rd_pub_hello(int fd, char *name, size_t cap, char *topic, size_t tcap) {
+  size_t n = rp_rd_str(fd, name, cap);
+  if (topic && tcap) topic[0] = 0;
+  if (ezi_dialect_is_segment_name(name, n)) return;
+  if (topic && tcap) snprintf(topic, tcap, "%s", name);
+  rp_rd_str(fd, name, cap);
+}
+
+void rp_mark_ezc(int fd) { rp_wr_u8(fd, EZI_X_CLIENT); }

@@ -62,6 +62,14 @@ int rp_fake_pub_begin(const char *addr, const char *topic, const char *chan_addr
 /* A fake publisher with no subscribers downstream (its address, 127.0.0.1:45678, is never
  * dialled): registered at once. */
 int rp_fake_pub(const char *addr, const char *topic, char id[37]);
+/* Reads a publisher's first handshake frame after our CHANNEL request, in either dialect: the
+ * released one's str topic and str segment name, or the profiling one's name alone (told apart
+ * as a channel of ours does, by the first string's shape). The name into name (cap bytes incl.
+ * NUL); the topic into topic (tcap bytes) if non-NULL, empty for the profiling dialect. */
+void rp_rd_pub_hello(int fd, char *name, size_t cap, char *topic, size_t tcap);
+/* A registered client marks itself as ezmsg-c (EZI_X_CLIENT), so that our server profiles it in
+ * either dialect. */
+void rp_mark_ezc(int fd);
 /* The subscriber side of an UPDATE: reads it (ids into buf) and answers COMPLETE. */
 void rp_sub_update(int fd, char *ids, size_t cap);
 

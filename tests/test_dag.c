@@ -288,39 +288,322 @@ static void test_model(void **state) {
 
 /* ---- pickles -------------------------------------------------------------------------------- */
 
+/* The older form (seed dialect: graph only) still decodes; what we write is the 3.9 form, the
+ * very bytes of Python 3.9.0's pickle of the same DAG (v39_*.bin). */
 static void test_vectors_exact(void **state) {
-  size_t n;
-  uint8_t *b, *ours;
-  size_t on;
+  static const struct {
+    const char *old, *v39;
+    size_t old_len;
+    ezi_dag *(*make)(void);
+  } cases[] = {{"empty.bin", "v39_empty.bin", 105, ezi_dag_new},
+               {"abc.bin", "v39_abc.bin", 136, make_abc}};
+  for (int i = 0; i < 2; i++) {
+    size_t n, on, n39;
+    uint8_t *b = load_corpus(cases[i].old, &n), *b39 = load_corpus(cases[i].v39, &n39), *ours;
+    ezi_dag *d = cases[i].make();
+    ez_graph g, g39;
+    ezi_dag_owners o;
+    assert_int_equal(n, cases[i].old_len);
+    assert_int_equal(ezi_dag_unpickle_owned(b, n, &g, &o), 0);
+    assert_false(o.present); /* no owners in the older form */
+    assert_dag_graph(d, &g);
+    assert_int_equal(ezi_dag_unpickle_owned(b39, n39, &g39, &o), 0);
+    assert_true(o.present);
+    assert_graph_equal(&g, &g39);
+    for (size_t e = 0; e < o.n_edges; e++) /* make_abc's edges are persistent */
+      assert_true(o.edges[e].n == 1 && o.edges[e].owners[0] == NULL);
+    ezi_dag_owners_free(&o);
+    assert_int_equal(ezi_dag_pickle(d, &ours, &on), 0);
+    assert_int_equal(on, n39);
+    assert_memory_equal(ours, b39, n39);
+    free(ours);
+    ez_graph_free(&g);
+    ez_graph_free(&g39);
+    free(b);
+    free(b39);
+    ezi_dag_free(d);
+  }
   ez_graph g;
-  ezi_dag *d = ezi_dag_new();
-  b = load_corpus("empty.bin", &n);
-  assert_int_equal(n, 105);
-  assert_int_equal(ezi_dag_unpickle(b, n, &g), 0);
-  assert_int_equal(g.n_nodes, 0);
-  assert_int_equal(ezi_dag_pickle(d, &ours, &on), 0); /* the very same bytes as Python's */
-  assert_int_equal(on, n);
-  assert_memory_equal(ours, b, n);
-  free(ours);
-  free(b);
-  ezi_dag_free(d);
-  d = make_abc();
-  b = load_corpus("abc.bin", &n);
-  assert_int_equal(n, 136);
+  size_t n;
+  uint8_t *b = load_corpus("abc.bin", &n);
   assert_int_equal(ezi_dag_unpickle(b, n, &g), 0);
   assert_int_equal(g.n_nodes, 3);
   assert_string_equal(g.nodes[0].topic, "/a");
   assert_string_equal(g.nodes[0].to[0], "/b");
   assert_string_equal(g.nodes[1].to[0], "/c");
   assert_int_equal(g.nodes[2].n_to, 0);
-  assert_dag_graph(d, &g);
   ez_graph_free(&g);
-  assert_int_equal(ezi_dag_pickle(d, &ours, &on), 0);
-  assert_int_equal(on, n);
-  assert_memory_equal(ours, b, n);
-  free(ours);
   free(b);
+}
+
+/* ---- owners --------------------------------------------------------------------------------- */
+
+#define S1 "a0000000-0000-1000-8000-000000000001"
+#define S2 "b0000000-0000-1000-8000-000000000002"
+
+static void collect(void *user, const char *from, const char *to) {
+  char *acc = user;
+  strcat(acc, from);
+  strcat(acc, ">");
+  strcat(acc, to);
+  strcat(acc, " ");
+}
+
+static void test_owners(void **state) {
+  ezi_dag *d = ezi_dag_new();
+  bool ch;
+  assert_int_equal(ezi_dag_add_edge_owned(d, "/a", "/b", S1, &ch), 0);
+  assert_true(ch);
+  assert_int_equal(ezi_dag_add_edge_owned(d, "/a", "/b", S1, &ch), 0);
+  assert_false(ch); /* the same owner again */
+  assert_int_equal(ezi_dag_add_edge_owned(d, "/a", "/b", NULL, &ch), 0);
+  assert_false(ch); /* one more owner: no change of topology */
+  assert_int_equal(ezi_dag_add_edge_owned(d, "/b", "/a", S2, &ch), EZ_ECYCLIC);
+  assert_int_equal(ezi_dag_add_edge_owned(d, "/b", "/b", S2, &ch), EZ_ECYCLIC);
+  assert_int_equal(ezi_dag_add_edge_owned(d, "/b", "/c", S2, &ch), 0);
+  assert_true(ch);
+  const char *own[4];
+  bool p;
+  assert_int_equal(ezi_dag_edge_owners(d, "/a", "/b", own, 4, &p), 1);
+  assert_true(p);
+  assert_string_equal(own[0], S1);
+  assert_int_equal(ezi_dag_edge_owners(d, "/a", "/c", own, 4, &p), 0);
+  assert_false(p);
+  /* DISCONNECT drops the persistent owner; the session still holds the edge */
+  assert_int_equal(ezi_dag_remove_edge(d, "/a", "/b"), 0);
+  assert_true(ezi_dag_reaches(d, "/a", "/c"));
+  assert_int_equal(ezi_dag_remove_edge_owned(d, "/a", "/b", S2, &ch), 0); /* not an owner */
+  assert_false(ch);
+  assert_true(ezi_dag_reaches(d, "/a", "/b"));
+  assert_int_equal(ezi_dag_add_edge_owned(d, "/x", "/c", S1, &ch), 0);
+  char acc[256] = "";
+  assert_int_equal(ezi_dag_remove_owner(d, S1, collect, acc), 0); /* a session ends */
+  assert_true(strstr(acc, "/a>/b ") && strstr(acc, "/x>/c "));
+  assert_false(ezi_dag_reaches(d, "/a", "/b"));
+  assert_int_equal(ezi_dag_num_nodes(d), 2); /* /a and /x pruned; /b -> /c is S2's */
+  assert_int_equal(ezi_dag_remove_edge_owned(d, "/b", "/c", S2, &ch), 0);
+  assert_true(ch);
+  assert_int_equal(ezi_dag_num_nodes(d), 0);
   ezi_dag_free(d);
+}
+
+/* Random owned adds and removes against a model of owner sets (bit 0: persistent). */
+static uint8_t omodel[MN][MN];
+static void test_owners_model(void **state) {
+  ezi_dag *d = ezi_dag_new();
+  const char *owners[] = {NULL, S1, S2};
+  char names[MN][16];
+  for (int i = 0; i < MN; i++)
+    snprintf(names[i], sizeof(names[i]), "/o/%d", i);
+  memset(omodel, 0, sizeof(omodel));
+  memset(model, 0, sizeof(model));
+  for (int step = 0; step < 20000; step++) {
+    int a = (int)(rnd() % 12), b = (int)(rnd() % 12), o = (int)(rnd() % 3);
+    bool ch;
+    if (rnd() % 100 < 55) {
+      int want = a == b || (!omodel[a][b] && model_reach(b, a)) ? EZ_ECYCLIC : 0;
+      assert_int_equal(ezi_dag_add_edge_owned(d, names[a], names[b], owners[o], &ch), want);
+      if (!want) {
+        assert_int_equal(ch, omodel[a][b] == 0);
+        omodel[a][b] |= (uint8_t)(1u << o);
+        model[a][b] = true;
+      }
+    } else if (rnd() % 20) {
+      assert_int_equal(ezi_dag_remove_edge_owned(d, names[a], names[b], owners[o], &ch), 0);
+      bool had = omodel[a][b] & (1u << o);
+      omodel[a][b] &= (uint8_t) ~(1u << o);
+      assert_int_equal(ch, had && omodel[a][b] == 0);
+      model[a][b] = omodel[a][b] != 0;
+    } else {
+      assert_int_equal(ezi_dag_remove_owner(d, owners[o], NULL, NULL), 0);
+      for (int i = 0; i < MN; i++)
+        for (int j = 0; j < MN; j++) {
+          omodel[i][j] &= (uint8_t) ~(1u << o);
+          model[i][j] = omodel[i][j] != 0;
+        }
+    }
+    if (step % 1000 == 0) { /* the pickle carries the owners */
+      uint8_t *pk;
+      size_t n;
+      ez_graph g;
+      ezi_dag_owners ow;
+      assert_int_equal(ezi_dag_pickle(d, &pk, &n), 0);
+      assert_int_equal(ezi_dag_unpickle_owned(pk, n, &g, &ow), 0);
+      assert_dag_graph(d, &g);
+      for (size_t e = 0; e < ow.n_edges; e++) {
+        int i = atoi(ow.edges[e].from + 3), j = atoi(ow.edges[e].to + 3);
+        uint8_t bits = 0;
+        for (size_t k = 0; k < ow.edges[e].n; k++) {
+          const char *x = ow.edges[e].owners[k];
+          bits |= (uint8_t)(1u << (!x ? 0 : !strcmp(x, S1) ? 1 : 2));
+        }
+        assert_int_equal(bits, omodel[i][j]);
+      }
+      ezi_dag_owners_free(&ow);
+      ez_graph_free(&g);
+      free(pk);
+    }
+  }
+  ezi_dag_free(d);
+}
+
+/* 3.9.0's own pickles with session owners (one from a real 3.9.0 graph server). */
+static void test_v39_vectors(void **state) {
+  size_t n;
+  uint8_t *b = load_corpus("v39_owners.bin", &n);
+  ez_graph g;
+  ezi_dag_owners o;
+  assert_int_equal(ezi_dag_unpickle_owned(b, n, &g, &o), 0);
+  free(b);
+  /* /a->/b {None, S1}, /b->/c {S1}, /x->/c {S2, S1} */
+  assert_int_equal(o.n_edges, 3);
+  assert_string_equal(o.edges[0].from, "/a");
+  assert_true(o.edges[0].n == 2 && o.edges[0].owners[0] == NULL);
+  assert_string_equal(o.edges[0].owners[1], S1);
+  assert_string_equal(o.edges[2].from, "/x");
+  assert_int_equal(o.edges[2].n, 2);
+  assert_string_equal(o.edges[2].owners[0], S1);
+  assert_string_equal(o.edges[2].owners[1], S2);
+  /* rebuilt with the same owners: our pickle decodes to the same graph and owners */
+  ezi_dag *d = ezi_dag_new();
+  for (size_t e = 0; e < o.n_edges; e++)
+    for (size_t k = 0; k < o.edges[e].n; k++)
+      assert_int_equal(
+          ezi_dag_add_edge_owned(d, o.edges[e].from, o.edges[e].to, o.edges[e].owners[k], NULL), 0);
+  uint8_t *pk;
+  size_t pn;
+  assert_int_equal(ezi_dag_pickle(d, &pk, &pn), 0);
+  ez_graph g2;
+  ezi_dag_owners o2;
+  assert_int_equal(ezi_dag_unpickle_owned(pk, pn, &g2, &o2), 0);
+  assert_graph_equal(&g, &g2);
+  assert_int_equal(o2.n_edges, o.n_edges);
+  for (size_t e = 0; e < o.n_edges; e++) {
+    assert_int_equal(o2.edges[e].n, o.edges[e].n);
+    for (size_t k = 0; k < o.edges[e].n; k++)
+      assert_true(o.edges[e].owners[k] == NULL
+                      ? o2.edges[e].owners[k] == NULL
+                      : strcmp(o.edges[e].owners[k], o2.edges[e].owners[k]) == 0);
+  }
+  /* exactly tests/corpus/ours/dag_v39_owners.bin, which Python 3.9.0 and feature/profiling load */
+  uint8_t *want;
+  size_t wn;
+  char path[4096];
+  const char *src = getenv("EZ_SRC");
+  snprintf(path, sizeof(path), "%s/tests/corpus/ours/dag_v39_owners.bin", src ? src : ".");
+  FILE *f = fopen(path, "rb");
+  if (!f) fail_msg("cannot open %s", path);
+  want = malloc(4096);
+  wn = fread(want, 1, 4096, f);
+  fclose(f);
+  assert_int_equal(pn, wn);
+  assert_memory_equal(pk, want, wn);
+  free(want);
+  free(pk);
+  ezi_dag_owners_free(&o2);
+  ez_graph_free(&g2);
+  ezi_dag_owners_free(&o);
+  ez_graph_free(&g);
+  ezi_dag_free(d);
+  b = load_corpus("v39_server_sessions.bin", &n);
+  assert_int_equal(ezi_dag_unpickle_owned(b, n, &g, &o), 0);
+  assert_int_equal(g.n_nodes, 6);
+  assert_int_equal(o.n_edges, 3);
+  assert_string_equal(o.edges[0].from, "/persist/a");
+  assert_true(o.edges[0].n == 2 && o.edges[0].owners[0] == NULL &&
+              strlen(o.edges[0].owners[1]) == 36);
+  ezi_dag_owners_free(&o);
+  ez_graph_free(&g);
+  free(b);
+  b = load_corpus("v39_big.bin", &n);
+  assert_int_equal(ezi_dag_unpickle_owned(b, n, &g, &o), 0);
+  assert_int_equal(g.n_nodes, 1501);
+  assert_int_equal(o.n_edges, 1500);
+  /* leaf i: S1 if i % 3 == 0 else persistent, plus UUID(int=i+1) if i % 5 == 0 */
+  assert_string_equal(o.edges[15].to, "/leaf/0015");
+  assert_int_equal(o.edges[15].n, 2);
+  assert_string_equal(o.edges[15].owners[0], "00000000-0000-0000-0000-000000000010");
+  assert_string_equal(o.edges[15].owners[1], S1);
+  ezi_dag_owners_free(&o);
+  ez_graph_free(&g);
+  free(b);
+  ezi_dag_owners_free(NULL);
+}
+
+static int decode_parts(const char *head, size_t hl, const char *body, size_t bl, const char *tail,
+                        ez_graph *g);
+
+/* The 3.9 form's consistency: edge_owners must cover exactly the graph's edges. */
+#define HDR39                                                                                      \
+  "\x80\x04"                                                                                       \
+  "cezmsg.core.dag\nDAG\n)\x81}(\x8c\x05graphccollections\ndefaultdict\n"                          \
+  "cbuiltins\nset\n\x85R(\x8c\x02/a\x8f(\x8c\x02/b\x90\x8c\x02/b\x8fu\x8c\x0b"                     \
+  "edge_owners}"
+static void test_v39_malformed(void **state) {
+  static const struct {
+    const char *body;
+    int rc;
+  } cases[] = {
+      {"\x8c\x02/a\x8c\x02/b\x86\x8f(N\x90sub.", 0},
+      {"\x8c\x02/a\x8c\x02/b\x86\x8f(\x8c\x03s-1\x90sub.", 0},        /* a str owner */
+      {"ub.", EZ_EPROTO},                                             /* an edge without owners */
+      {"\x8c\x02/a\x8c\x02/b\x86\x8fsub.", EZ_EPROTO},                /* an empty set */
+      {"\x8c\x02/a\x8c\x02/b\x86\x8f(NN\x90sub.", EZ_EPROTO},         /* None twice */
+      {"\x8c\x02/a\x8c\x02/b\x86\x8f(K\x01\x90sub.", EZ_EPROTO},      /* an int owner */
+      {"\x8c\x02/b\x8c\x02/a\x86\x8f(N\x90sub.", EZ_EPROTO},          /* not an edge */
+      {"\x8c\x02/a\x8c\x02/b\x8c\x01x\x87\x8f(N\x90sub.", EZ_EPROTO}, /* a 3-tuple */
+      {"(\x8c\x02/a\x8c\x02/b\x86\x8f(N\x90\x8c\x02/a\x8c\x02/b\x86\x8f(N\x90uub.", EZ_EPROTO},
+      {"\x8c\x02/a\x8c\x02/b\x86\x8f(N\x90s\x8c\x01zNub.", EZ_EPROTO},     /* unknown attr */
+      {"\x8c\x02/a\x8c\x02/b\x86\x8f(N\x90s\x8c\x05graphNub.", EZ_EPROTO}, /* graph twice */
+  };
+  /* 60 edges sharing one set of 300 owners: more owners than input bytes */
+  char *big = malloc(65536);
+  size_t bigl = 0;
+  bigl += (size_t)sprintf(big + bigl, "\x80\x04"
+                                      "cezmsg.core.dag\nDAG\n)\x81}(\x8c\x05graph"
+                                      "ccollections\ndefaultdict\ncbuiltins\nset\n\x85"
+                                      "R(");
+  for (int i = 0; i < 60; i++)
+    bigl += (size_t)sprintf(big + bigl, "\x8c\x04/s%02d\x8f(\x8c\x04/t%02d\x90", i, i);
+  bigl += (size_t)sprintf(big + bigl, "u\x8c\x0b"
+                                      "edge_owners}(");
+  for (int i = 0; i < 60; i++) {
+    bigl += (size_t)sprintf(big + bigl, "\x8c\x04/s%02d\x8c\x04/t%02d\x86", i, i);
+    if (i == 0) {
+      bigl += (size_t)sprintf(big + bigl, "\x8f\x94(");
+      for (int k = 0; k < 300; k++)
+        bigl += (size_t)sprintf(big + bigl, "\x8c\x04o%03d", k);
+      big[bigl++] = (char)0x90;
+    } else {
+      big[bigl++] = 'h'; /* the set: memo 0 */
+      big[bigl++] = 0;
+    }
+  }
+  bigl += (size_t)sprintf(big + bigl, "uub.");
+  ez_graph gb;
+  ezi_dag_owners ob;
+  assert_true(bigl < 60 * 300);
+  assert_int_equal(ezi_dag_unpickle_owned((uint8_t *)big, bigl, &gb, &ob), EZ_EPROTO);
+  free(big);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+    ez_graph g;
+    ezi_dag_owners o;
+    int rc = decode_parts(HDR39, sizeof(HDR39) - 1, cases[i].body, strlen(cases[i].body), "", &g);
+    if (rc != cases[i].rc) fail_msg("case %zu: %d", i, rc);
+    ez_graph_free(&g);
+    size_t hl = sizeof(HDR39) - 1, bl = strlen(cases[i].body);
+    uint8_t *b = malloc(hl + bl);
+    memcpy(b, HDR39, hl);
+    memcpy(b + hl, cases[i].body, bl);
+    assert_int_equal(ezi_dag_unpickle_owned(b, hl + bl, &g, &o), cases[i].rc);
+    if (!rc)
+      assert_true(o.present && o.n_edges == 1);
+    else
+      assert_true(!o.present && !o.edges && !g.nodes);
+    ezi_dag_owners_free(&o);
+    ez_graph_free(&g);
+    free(b);
+  }
 }
 
 static void test_corpus_large(void **state) {
@@ -622,7 +905,9 @@ int main(void) {
       cmocka_unit_test(test_corpus_seeds),     cmocka_unit_test(test_roundtrip_misc),
       cmocka_unit_test(test_truncations),      cmocka_unit_test(test_mutations),
       cmocka_unit_test(test_malformed),        cmocka_unit_test(test_globals),
-      cmocka_unit_test(test_formats),
+      cmocka_unit_test(test_formats),          cmocka_unit_test(test_owners),
+      cmocka_unit_test(test_owners_model),     cmocka_unit_test(test_v39_vectors),
+      cmocka_unit_test(test_v39_malformed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

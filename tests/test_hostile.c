@@ -615,6 +615,8 @@ static int pending_everything(fixture *f, int fds[8], char name[64]) {
   int n = 0;
   int sub = fds[n++] = rp_fake_sub(f->addr, "/pend", id, ids, sizeof ids);
   int pub = fds[n++] = rp_fake_pub_begin(f->addr, "/pend", "127.0.0.1:45678", id);
+  rp_mark_ezc(pub); /* so that it is sent PROFILE (ezmsg-c, or a Python one in the profiling
+                     * dialect) */
   rp_expect_u8(sub, UPDATE); /* and never answered */
   rp_rd_str(sub, ids, sizeof ids);
   int c = fds[n++] = rp_connect(f->addr);

@@ -62,6 +62,11 @@ static void test_silent_and_leaving_clients(void **state) {
   int silent = rp_fake_pub(f->addr, "/fake/silent", silent_id);
   leaver lv = {.fd = rp_fake_pub(f->addr, "/fake/leaver", leaver_id)};
   int fchan = fake_channel(f->addr, pub_id, fchan_id);
+  /* As ezmsg-c clients: our server sends PROFILE to those in either dialect (to a Python one
+   * only in the profiling dialect: test_profile_spares_released_python). */
+  rp_mark_ezc(silent);
+  rp_mark_ezc(lv.fd);
+  rp_mark_ezc(fchan);
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, leaver_thread, &lv), 0);
   th_sleep_ms(1000); /* some traffic for the real pair */

@@ -55,8 +55,9 @@ static int fake_chan(uint16_t port, uint64_t nbuf) {
   snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
   int fd = rp_open(addr);
   rp_wr_cmd(fd, EZI_CHANNEL, "11111111-2222-3333-4444-555555555555", NULL);
-  char name[128];
-  rp_rd_str(fd, name, sizeof name);
+  char name[128], topic[128];
+  rp_rd_pub_hello(fd, name, sizeof name, topic, sizeof topic);
+  assert_true(topic[0]); /* our server greets as released ezmsg: so does the publisher */
   uint8_t b[9] = {EZI_SHM_ATTACH_FAILED};
   rp_put_u64le(b + 1, (uint64_t)getpid());
   rp_wr(fd, b, 9);

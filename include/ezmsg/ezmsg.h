@@ -27,7 +27,13 @@
 extern "C" {
 #endif
 
-#define EZ_VERSION "3.6.2" /* the ezmsg version we speak and announce */
+/* The ezmsg release whose wire protocol ezmsg-c speaks by default: its graph server announces this
+ * version, and its clients speak to a server in the dialect that server's greeting names (below).
+ */
+#define EZ_VERSION "3.9.0"
+/* The version the `feature/profiling` branch of ezmsg announces, and so does our graph server in
+ * that dialect (EZ_DIALECT_PROFILING). */
+#define EZ_VERSION_PROFILING "3.6.2"
 #define EZ_DEFAULT_ADDRESS "127.0.0.1:25978"
 #define EZ_ADDR_ENV "EZMSG_GRAPHSERVER_ADDR"
 #define EZ_PUB_PORT_ENV "EZMSG_PUBLISHER_PORT_START"
@@ -45,12 +51,15 @@ extern "C" {
  * ez_context_open. */
 #define EZ_TCP_WINDOW_ENV "EZMSG_TCP_WINDOW"
 #define EZ_TCP_WINDOW_DEFAULT 8192
+/* Forces the wire dialect of this process's clients and graph servers: "profiling", "released" or
+ * "auto" (the default: decided per peer). See the dialects below. */
+#define EZ_DIALECT_ENV "EZMSG_DIALECT"
 #define EZ_MAX_CONTROL_STR (1u << 20) /* longest string accepted on a control link */
 #define EZ_DEFAULT_TIMEOUT_MS 5000    /* default for one-shot graph requests */
 
 /* The version of this library (libezmsg), e.g. "3.6.2": what `ezmsg --version` prints and
- * pkg-config reports. The ezmsg protocol version it speaks and announces to peers is EZ_VERSION
- * (the same number in this release). Returns a static string; any thread. */
+ * pkg-config reports. The ezmsg protocol versions it speaks are EZ_VERSION and
+ * EZ_VERSION_PROFILING (above). Returns a static string; any thread. */
 const char *ez_version(void);
 
 /* ---------------------------------------------------------------------------------------------
@@ -73,6 +82,7 @@ enum {
   EZ_ECYCLIC = -4001,  /* CONNECT would create a cycle in the topic graph */
   EZ_EREFUSED = -4002, /* the graph server closed the connection before greeting: it is at its
                         * client limit (or what answers is not a graph server) */
+  EZ_ENOTSUP = -95,    /* the peer's ezmsg does not have it (profiling on a 3.7 or 3.8 server) */
 };
 
 /* Returns a static, human-readable name for an EZ_E* code (or "unknown error"). Any thread. */
@@ -93,6 +103,19 @@ typedef void (*ez_log_fn)(void *user, int level, const char *msg);
 void ez_set_log_hook(ez_log_fn fn, void *user, int min_level);
 
 /* ---------------------------------------------------------------------------------------------
+ * Wire dialects
+ *
+ * ezmsg has two: EZ_DIALECT_RELEASED, the released ezmsg since 3.7.0 (3.7, 3.8 and 3.9.0, which
+ * adds GraphContext sessions and per-process control), and EZ_DIALECT_PROFILING, the
+ * `feature/profiling` branch (which greets as 3.6.2 and answers PROFILE). A client of this library
+ * speaks the dialect its graph server's greeting names; a channel reads a publisher's from the
+ * shape of the handshake; a publisher speaks its graph server's dialect to every channel.
+ * $EZMSG_DIALECT forces one for the whole process. docs/architecture.md, "Dialects", has the
+ * rules and what interoperates.
+ * ------------------------------------------------------------------------------------------- */
+enum { EZ_DIALECT_AUTO = 0, EZ_DIALECT_PROFILING = 1, EZ_DIALECT_RELEASED = 2 };
+
+/* ---------------------------------------------------------------------------------------------
  * Graph server
  * ------------------------------------------------------------------------------------------- */
 typedef struct ez_server ez_server;
@@ -106,9 +129,15 @@ int ez_server_start(const char *address, ez_server **out);
 typedef struct ez_server_opts {
   int max_clients; /* connections served at once; 0: 4096. One more is accepted and closed at once,
                     * which a client of this library reports as EZ_EREFUSED. */
+  int dialect;     /* what the server greets with, and what it takes Python clients to speak:
+                    * EZ_DIALECT_RELEASED (EZ_VERSION) or EZ_DIALECT_PROFILING (EZ_VERSION_PROFILING);
+                    * EZ_DIALECT_AUTO (0): $EZMSG_DIALECT, else released. It serves the commands
+                    * of both dialects to anyone; ezmsg-c clients are told apart and profiled in
+                    * either. */
 } ez_server_opts;
 
-/* ez_server_start with options (NULL: the defaults). EZ_EINVAL if max_clients < 0. */
+/* ez_server_start with options (NULL: the defaults). EZ_EINVAL if max_clients < 0 or dialect is not
+ * one of EZ_DIALECT_*. */
 int ez_server_start_opts(const char *address, const ez_server_opts *opts, ez_server **out);
 
 /* The address the server listens on ("host:port", port resolved). Owned by the server. */

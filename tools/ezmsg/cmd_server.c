@@ -23,25 +23,40 @@
 
 enum { OPT_METRICS = 4000 };
 
-static const struct option server_opts[] = {{"max-clients", required_argument, NULL, 'c'}, {0}};
+static const struct option server_opts[] = {
+    {"max-clients", required_argument, NULL, 'c'}, {"dialect", required_argument, NULL, 'd'}, {0}};
 static const struct option serve_opts[] = {{"max-clients", required_argument, NULL, 'c'},
+                                           {"dialect", required_argument, NULL, 'd'},
                                            {"metrics", required_argument, NULL, OPT_METRICS},
                                            {0}};
 #define SERVER_OPTS_HELP                                                                           \
   "  -c, --max-clients N  serve at most N clients at once (default 4096); one more is\n"           \
-  "                     refused, and it reports that the server is at its client limit\n"
+  "                     refused, and it reports that the server is at its client limit\n"          \
+  "  -d, --dialect D    released (default: greets as ezmsg " EZ_VERSION ", for ezmsg 3.7-3.9)\n"   \
+  "                     or profiling (greets as " EZ_VERSION_PROFILING ", for the\n"               \
+  "                     feature/profiling branch): which Python ezmsg the server takes its\n"      \
+  "                     Python clients to be. Both dialects' requests are served either way,\n"    \
+  "                     and ezmsg-c clients are served in full either way. Default:\n"             \
+  "                     $" EZ_DIALECT_ENV ", else released\n"
 
 typedef struct server_args {
   ez_server_opts opts;
   const char *metrics; /* --metrics H:P */
 } server_args;
 
-/* --max-clients into an ez_server_opts; --metrics. */
+/* --max-clients and --dialect into an ez_server_opts; --metrics. */
 static int server_opt(int opt, const char *arg, void *user) {
   server_args *a = user;
+  ez_server_opts *o = &a->opts;
   if (opt == OPT_METRICS) {
     a->metrics = arg;
     return 0;
+  }
+  if (opt == 'd') {
+    o->dialect = !strcmp(arg, "released")    ? EZ_DIALECT_RELEASED
+                 : !strcmp(arg, "profiling") ? EZ_DIALECT_PROFILING
+                                             : -1;
+    return o->dialect < 0 ? -1 : 0;
   }
   char *end;
   errno = 0;
@@ -82,7 +97,7 @@ static const cli_spec serve_spec = {
     .max_args = 0,
     .listen = true,
     .opts = serve_opts,
-    .opts_short = "c:",
+    .opts_short = "c:d:",
     .opts_help = SERVER_OPTS_HELP
     "      --metrics H:P  also serve /metrics (Prometheus text format) on H:P, from this\n"
     "                     server's profile, asked at each scrape (docs/dashboard.md)\n",
@@ -97,7 +112,7 @@ static const cli_spec start_spec = {
     .min_args = 0,
     .max_args = 0,
     .opts = server_opts,
-    .opts_short = "c:",
+    .opts_short = "c:d:",
     .opts_help = SERVER_OPTS_HELP,
 };
 

@@ -196,7 +196,8 @@ int main(int argc, char **argv) {
   }
   const char *cmd = argv[1];
   if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V") || !strcmp(cmd, "version")) {
-    printf("ezmsg %s (ezmsg-c; speaks ezmsg %s)\n", ez_version(), EZ_VERSION);
+    printf("ezmsg %s (ezmsg-c; speaks ezmsg %s, and %s of the profiling branch)\n", ez_version(),
+           EZ_VERSION, EZ_VERSION_PROFILING);
     return fflush(stdout) == 0 ? 0 : 1;
   }
   if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {

@@ -1,0 +1,11 @@
+/* The profile of a released-dialect graph (3.9.0, or our own server in that dialect): see
+ * profile39.c. */
+#ifndef EZI_PROFILE39_H
+#define EZI_PROFILE39_H
+
+/* ez_profile's document for a server with sessions: through a session, every process's
+ * snapshot (and, from our own server, PROFILE for its ezmsg-c clients). *json malloc'd. Returns 0
+ * or an EZ_* code. Any thread. */
+int ezi_profile39(const char *address, double window_s, int timeout_ms, char **json);
+
+#endif
