@@ -319,8 +319,9 @@ int gv_fetch(const char *address, double window_s, int timeout_ms, gv *out) {
   if (rc) return rc;
   char *json = NULL;
   int prc = ez_profile(address, window_s, &json, timeout_ms);
-  /* A server without profiling hangs up or answers something else: the topic graph alone. */
-  if (prc && prc != EZ_ECONNLOST && prc != EZ_EPROTO) {
+  /* A server without profiling (3.7, 3.8: EZ_ENOTSUP; others hang up or answer something
+   * else): the topic graph alone. */
+  if (prc && prc != EZ_ENOTSUP && prc != EZ_ECONNLOST && prc != EZ_EPROTO) {
     ez_graph_free(&g);
     return prc;
   }
