@@ -319,6 +319,13 @@ int gv_fetch(const char *address, double window_s, int timeout_ms, gv *out) {
   if (rc) return rc;
   char *json = NULL;
   int prc = ez_profile(address, window_s, &json, timeout_ms);
+  /* The topic graph's connection, just closed, may still count against a server's client limit
+   * for a moment: a refusal right after it is worth a few more tries. */
+  for (int i = 0; prc == EZ_EREFUSED && i < 25; i++) {
+    struct timespec ts = {0, 20 * 1000000L};
+    nanosleep(&ts, NULL);
+    prc = ez_profile(address, window_s, &json, timeout_ms);
+  }
   /* A server without profiling (3.7, 3.8: EZ_ENOTSUP; others hang up or answer something
    * else): the topic graph alone. */
   if (prc && prc != EZ_ENOTSUP && prc != EZ_ECONNLOST && prc != EZ_EPROTO) {
