@@ -4,6 +4,7 @@
  * it. The I/O thread runs its links; user threads view and release messages. */
 #include "channel.h"
 #include "graphclient.h"
+#include "meta39.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,17 @@ void ezi_chan_drop_unowned(chan_sub *cs) {
 }
 
 ez_sub *ezi_chan_sub_owner(const chan_sub *cs) { return cs->sub; }
+
+int ezi_chan_sub_kind(const chan_sub *cs) {
+  pthread_mutex_lock(&cs->ch->mu); /* (only while a tool traces: once per traced message) */
+  const char *m = cs->ch->mode;
+  pthread_mutex_unlock(&cs->ch->mu);
+  return !m                  ? EZI_M39_CH_UNKNOWN
+         : !strcmp(m, "local") ? EZI_M39_CH_LOCAL
+         : !strcmp(m, "shm")   ? EZI_M39_CH_SHM
+         : !strcmp(m, "tcp")   ? EZI_M39_CH_TCP
+                               : EZI_M39_CH_UNKNOWN;
+}
 
 void ezi_chan_sub_cut(chan_sub *cs) {
   if (cs->ch->ls) ezi_lchan_cut(cs);

@@ -4,6 +4,8 @@
  * this process's other links (test_faults: test_rejoin_with_server_stopped). */
 #include "channel.h"
 #include "regframe.h"
+#include "subscriber.h"
+#include "tracectl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,33 @@ void ezi_chan_graph_close(chan *c) {
 
 static void on_register(chan *c, uint32_t ev);
 
+/* A trace poll: the channel's subscribers are traced a while more, and what they recorded goes
+ * with the channel's answer, as "trace": {"samples": [...], "dropped": n}. */
+static void trace_members(chan *c, json_t *j) {
+  json_t *all = NULL;
+  uint64_t dropped = 0;
+  pthread_mutex_lock(&c->mu);
+  size_t n = c->n_subs;
+  ez_sub **subs = malloc((n ? n : 1) * sizeof *subs);
+  for (size_t i = 0; subs && i < n; i++)
+    subs[i] = c->subs[i]->gone ? NULL : ezi_chan_sub_owner(c->subs[i]);
+  pthread_mutex_unlock(&c->mu);
+  for (size_t i = 0; subs && i < n; i++) { /* (the I/O thread: none is destroyed meanwhile) */
+    if (!subs[i]) continue;
+    ezi_trace *t = ezi_tracectl_poll(c->ctx, &subs[i]->trace, ez_sub_topic(subs[i]),
+                                     ez_sub_id(subs[i]));
+    json_t *o = ezi_tracectl_json(t);
+    if (!o) continue;
+    if (!all) all = json_array();
+    json_array_extend(all, json_object_get(o, "samples"));
+    dropped += (uint64_t)json_integer_value(json_object_get(o, "dropped"));
+    json_decref(o);
+  }
+  free(subs);
+  json_object_set_new(j, "trace", json_pack("{sosI}", "samples", all ? all : json_array(),
+                                            "dropped", (json_int_t)dropped));
+}
+
 static void on_graph(ezi_watch *w, uint32_t ev) {
   chan *c = w->arg;
   if (c->state == CH_REGISTERING) return on_register(c, ev);
@@ -33,7 +62,10 @@ static void on_graph(ezi_watch *w, uint32_t ev) {
     while (ezi_buf_pending(&c->gin) >= 9 && ezi_buf_head(&c->gin)[0] == EZI_PROFILE) {
       uint64_t ms = ezi_get_u64le(ezi_buf_head(&c->gin) + 1);
       ezi_buf_consume(&c->gin, 9);
-      ezi_outbox_put_profile(c->ctx, &c->gout, ezi_chan_profile(c, (double)ms / 1000.0));
+      bool poll = ms >= EZI_TRACE_POLL_MS; /* `ezmsg profile --trace` (tracectl.h) */
+      json_t *j = ezi_chan_profile(c, (double)(poll ? ms - EZI_TRACE_POLL_MS : ms) / 1000.0);
+      if (poll) trace_members(c, j);
+      ezi_outbox_put_profile(c->ctx, &c->gout, j);
     }
     if (ezi_buf_pending(&c->gin) && ezi_buf_head(&c->gin)[0] != EZI_PROFILE) {
       EZI_WARN("channel %s: unknown command %u from the graph server", c->id,

@@ -5,6 +5,7 @@
 #include "graphclient.h"
 #include "graphserver.h"
 #include "procclient.h"
+#include "tracectl.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -283,7 +284,10 @@ static uint32_t tcp_window(void) {
 /* ---- open / close -------------------------------------------------------------------------- */
 
 static void proc_start(void *arg) { ezi_proc_start(arg); }
-static void proc_stop(void *arg) { ezi_proc_stop(arg); }
+static void proc_stop(void *arg) {
+  ezi_proc_stop(arg);
+  ezi_tracectl_stop(arg);
+}
 
 static void *io_thread(void *arg) {
   ez_context *ctx = arg;

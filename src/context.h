@@ -141,6 +141,7 @@ struct ez_context {
   int pid;
   ezi_peer_version server_peer; /* what the graph server's greeting said at open (dialect.h) */
   struct ezi_proc *proc;        /* the process link in a released graph (procclient.h), or NULL */
+  struct ezi_tracectl *tracectl; /* trace control (tracectl.h); I/O thread */
 };
 
 /* Runs fn(arg) on the context's I/O thread and waits for it. From the I/O thread itself, runs it
@@ -256,6 +257,8 @@ void ezi_chan_release(chan_sub *cs, uint64_t msg_id);
 void ezi_chan_drop_unowned(chan_sub *cs);
 /* The subscriber cs belongs to. */
 ez_sub *ezi_chan_sub_owner(const chan_sub *cs);
+/* The kind of cs's channel, as 3.9 names it (ezi_m39_channel). Any thread. */
+int ezi_chan_sub_kind(const chan_sub *cs);
 /* True if cs holds no message (none queued, none viewed). Any thread. */
 bool ezi_chan_sub_idle(chan_sub *cs);
 /* cs's channel link was lost: a ring member's queued messages are then taken before anything

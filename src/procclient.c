@@ -4,6 +4,7 @@
 #include "context.h"
 #include "meta39.h"
 #include "subscriber.h"
+#include "tracectl.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -15,6 +16,8 @@
 #include <unistd.h>
 
 #define IN_MAX ((size_t)8 << 20) /* a route request's pickle, at most */
+#define PUSH_NS 20000000ull        /* as 3.9.0's EZMSG_PROFILE_TRACE_PUSH_INTERVAL_S */
+#define PUSH_MAX 5000              /* ... and EZMSG_PROFILE_TRACE_PUSH_MAX_SAMPLES */
 
 enum { P_CONNECTING, P_GREETING, P_ID, P_REGISTERING, P_READY };
 
@@ -28,7 +31,11 @@ struct ezi_proc {
   char unit[300];
   char host[256];
   uint64_t last_snapshot_ns; /* of our last snapshot answer (0: none yet) */
+  uint64_t push_timer;       /* pushing trace samples (0: not armed) */
 };
+
+static void push_arm(ezi_proc *p);
+static int trace_batch(ezi_proc *p, size_t max, uint8_t **out, size_t *len, size_t *taken);
 
 bool ezi_proc_is_ours(const char *unit) {
   return !strncmp(unit, EZI_PROC_UNIT_PREFIX, strlen(EZI_PROC_UNIT_PREFIX));
@@ -257,6 +264,32 @@ static int answer(ezi_proc *p, const ezi_m39_control_request *req, uint8_t **out
     rc = ezi_m39_dump(&EZI_M39_PROCESS_STATS, &st, &pl, &npl, NULL);
   } else if (!strcmp(op, "GET_PROFILING_SNAPSHOT")) {
     rc = snapshot(p, &pl, &npl);
+  } else if (!strcmp(op, "SET_PROFILING_TRACE")) {
+    ezi_pk_doc *d = NULL;
+    ezi_m39_trace_control tc;
+    if (!req->payload.has ||
+        ezi_m39_load(&EZI_M39_PROFILING_TRACE_CONTROL, req->payload.p, req->payload.len, &d, &tc,
+                     NULL)) {
+      r.ok = false;
+      r.error = "Invalid or missing profiling trace control payload";
+      r.error_code = EZI_M39_ERR_INVALID_RESPONSE; /* (what 3.9.0's processes answer) */
+    } else {
+      ezi_tracectl_set(p->ctx, &tc);
+      push_arm(p);
+    }
+    ezi_pk_doc_free(d);
+  } else if (!strcmp(op, "GET_PROFILING_TRACE_BATCH")) {
+    int64_t max = 1000;
+    if (req->payload.has) {
+      ezi_pk_doc *d = NULL;
+      const ezi_pk *root;
+      int64_t v;
+      if (!ezi_pk_load(req->payload.p, req->payload.len, NULL, &d, &root, NULL) &&
+          !ezi_pk_int_of(root, &v))
+        max = v < 1 ? 1 : v;
+      ezi_pk_doc_free(d);
+    }
+    rc = trace_batch(p, (size_t)(max > PUSH_MAX ? PUSH_MAX : max), &pl, &npl, NULL);
   } else {
     r.ok = false;
     r.error = "unsupported by this ezmsg-c process";
@@ -272,6 +305,43 @@ static int answer(ezi_proc *p, const ezi_m39_control_request *req, uint8_t **out
   rc = ezi_m39_dump(&EZI_M39_PROCESS_CONTROL_RESPONSE, &r, out, len, NULL);
   free(pl);
   return rc;
+}
+
+/* ---- traces --------------------------------------------------------------------------------- */
+
+/* A ProcessProfilingTraceBatch of up to max of the process's samples, pickled (*taken, may be
+ * NULL: how many it holds). */
+static int trace_batch(ezi_proc *p, size_t max, uint8_t **out, size_t *len, size_t *taken) {
+  ezi_m39_trace_batch b = {.pid = p->ctx->pid, .host = p->host, .timestamp = (double)ezi_now_ns()};
+  b.process_id.has = true;
+  memcpy(b.process_id.s, p->id, 37);
+  b.samples = malloc((max ? max : 1) * sizeof *b.samples);
+  if (!b.samples) return EZ_ENOMEM;
+  b.n_samples = ezi_tracectl_take(p->ctx, b.samples, max);
+  if (taken) *taken = b.n_samples;
+  int rc = ezi_m39_dump(&EZI_M39_PROCESS_PROFILING_TRACE_BATCH, &b, out, len, NULL);
+  free(b.samples);
+  return rc;
+}
+
+/* While traced, samples go to the server every PUSH_NS (PROCESS_PROFILING_TRACE_UPDATE, at most
+ * PUSH_MAX a batch), as 3.9.0's processes push them: its trace streams read them there. */
+static void push(void *arg) {
+  ezi_proc *p = arg;
+  p->push_timer = 0;
+  if (p->w.fd < 0 || p->state != P_READY) return;
+  uint8_t *pk = NULL;
+  size_t n = 0, taken = 0;
+  /* (an empty batch is not sent: 3.9 sends only batches with samples) */
+  if (trace_batch(p, PUSH_MAX, &pk, &n, &taken) == 0 && taken)
+    send_payload(p, EZI_PROCESS_PROFILING_TRACE_UPDATE, pk, n);
+  free(pk);
+  push_arm(p);
+}
+
+static void push_arm(ezi_proc *p) {
+  if (!p->push_timer && ezi_tracectl_active(p->ctx))
+    p->push_timer = ezi_loop_timer(p->ctx->loop, ezi_now_ns() + PUSH_NS, push, p);
 }
 
 /* ---- the link ------------------------------------------------------------------------------- */
@@ -405,6 +475,7 @@ int ezi_proc_start(ez_context *ctx) {
 void ezi_proc_stop(ez_context *ctx) {
   ezi_proc *p = ctx->proc;
   if (!p) return;
+  if (p->push_timer) ezi_loop_cancel(ctx->loop, p->push_timer);
   close_link(p);
   free(p);
   ctx->proc = NULL;

@@ -115,6 +115,7 @@ static int listen_socket(const ez_pub_opts *o, int *fd_out) {
 }
 
 static void pub_free(ez_pub *p) {
+  ezi_trace_free(p->trace);
   free(p->topic);
   free(p->leases);
   free(p->slot_msg);

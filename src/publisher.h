@@ -4,6 +4,7 @@
 #define EZI_PUBLISHER_H
 
 #include "context.h"
+#include "trace.h"
 #include "shmring.h"
 
 enum { PC_HANDSHAKE, PC_AWAIT_SHM, PC_READY };
@@ -53,6 +54,7 @@ struct ez_pub {
   char *topic;
   ez_pub_opts opts;
   uint32_t nbuf;
+  ezi_trace *trace; /* atomic: set once a tool traces it (trace.h), else NULL */
 
   /* graph link (I/O thread) */
   ezi_watch gw;

@@ -182,6 +182,25 @@ static bool poll_local(ez_sub *s) {
   return got;
 }
 
+/* ez_recv gives m out: counted, and timed while a tool traces lease times (trace.h). */
+static inline void given(ez_sub *s, ez_msg *m) {
+  __atomic_store_n(&s->received, s->received + 1, __ATOMIC_RELAXED);
+  ezi_trace *t = __atomic_load_n(&s->trace, __ATOMIC_RELAXED);
+  m->trace_t_ = 0;
+  if (EZI_UNLIKELY(t != NULL) && (__atomic_load_n(&t->on, __ATOMIC_RELAXED) & EZI_TM_LEASE_TIME) &&
+      ezi_trace_pick(t))
+    m->trace_t_ = ezi_now_ns();
+}
+
+/* A traced message is released: its lease time, from ez_recv's return until now. */
+static void lease_sample(chan_sub *cs, const ez_msg *m) {
+  ezi_trace *t = __atomic_load_n(&ezi_chan_sub_owner(cs)->trace, __ATOMIC_ACQUIRE);
+  if (!t) return;
+  uint64_t now = ezi_now_ns();
+  ezi_trace_add(t, EZI_TM_LEASE_TIME, now, (double)(now - m->trace_t_), m->msg_id,
+                (int8_t)ezi_chan_sub_kind(cs));
+}
+
 int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
   if (!s || !m) return EZ_EINVAL;
   uint64_t deadline = 0; /* read from the clock only if recv has to wait */
@@ -224,7 +243,7 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
     if (local && ezi_lchan_take(s, m)) { /* (it sets local_recent) */
       if (s->efd >= 0) maybe_empty(s);
       pthread_mutex_unlock(&s->mu);
-      __atomic_store_n(&s->received, s->received + 1, __ATOMIC_RELAXED);
+      given(s, m);
       return 0;
     }
     note x = s->q[s->head];
@@ -233,7 +252,7 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
     if (--s->n == 0) maybe_empty(s);
     pthread_mutex_unlock(&s->mu);
     if (ezi_chan_view(x.cs, x.msg_id, m) == 0) {
-      __atomic_store_n(&s->received, s->received + 1, __ATOMIC_RELAXED);
+      given(s, m);
       return 0;
     }
   }
@@ -243,6 +262,7 @@ void ez_msg_release(ez_msg *m) {
   if (!m || !m->ref_) return;
   chan_sub *cs = m->ref_;
   m->ref_ = NULL;
+  if (EZI_UNLIKELY(m->trace_t_ != 0)) lease_sample(cs, m);
   ezi_chan_release(cs, m->msg_id);
 }
 
@@ -278,6 +298,7 @@ int ez_sub_fd(const ez_sub *cs) {
 /* ---- create / destroy ---------------------------------------------------------------------- */
 
 static void sub_free(ez_sub *s) {
+  ezi_trace_free(s->trace);
   free(s->topic);
   free(s->handle);
   free(s->q);

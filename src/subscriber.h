@@ -5,6 +5,7 @@
 #define EZI_SUBSCRIBER_H
 
 #include "context.h"
+#include "trace.h"
 
 typedef struct note {
   chan_sub *cs;
@@ -26,6 +27,7 @@ struct ez_sub {
   ez_context *ctx;
   char id[37];
   char *topic, *handle;
+  ezi_trace *trace; /* atomic: set once a tool traces it (trace.h), else NULL */
   /* graph link (I/O thread) */
   ezi_watch gw;
   ezi_buf gin;

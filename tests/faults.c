@@ -40,8 +40,30 @@ static void note_name(fx *f, const char *p) {
   pthread_mutex_unlock(&f->mu);
 }
 
-/* Records every /dev/shm/psm_* that pid maps or holds open. */
-static void scan_pid(fx *f, pid_t pid) {
+/* The start time of process pid (field 22 of /proc/pid/stat, clock ticks since boot), or 0. */
+static unsigned long long start_time(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *st = fopen(path, "re");
+  if (!st) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, st);
+  fclose(st);
+  buf[n] = 0;
+  char *p = strrchr(buf, ')'); /* the command may hold spaces and parentheses */
+  unsigned long long t = 0;
+  for (int field = 2; p && *p; p++) /* p is at the end of field 2 */
+    if (*p == ' ' && ++field == 22) {
+      t = strtoull(p + 1, NULL, 10);
+      break;
+    }
+  return t;
+}
+
+/* Records every /dev/shm/psm_* that pid maps or holds open, if pid is still the process that
+ * started at `start` (0: don't check). On a busy machine (pid_max 32768 here) a child's pid is
+ * given to someone else soon after it is reaped, and its segments are not ours to account for. */
+static void scan_pid(fx *f, pid_t pid, unsigned long long start) {
+  if (start && start_time(pid) != start) return;
   char path[64], line[512];
   snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
   FILE *m = fopen(path, "re");
@@ -72,12 +94,14 @@ static void *sampler_main(void *arg) {
   fx *f = arg;
   while (!atomic_load(&f->stop)) {
     pid_t pids[MAX_KIDS + 1];
+    unsigned long long starts[MAX_KIDS + 1];
     pthread_mutex_lock(&f->mu);
     int n = f->nwatch;
     memcpy(pids, f->watch, sizeof pids);
+    memcpy(starts, f->watch_start, sizeof starts);
     pthread_mutex_unlock(&f->mu);
     for (int i = 0; i < n; i++)
-      scan_pid(f, pids[i]);
+      scan_pid(f, pids[i], starts[i]);
     th_sleep_ms(5);
   }
   return NULL;
@@ -85,20 +109,26 @@ static void *sampler_main(void *arg) {
 
 void watch_add(fx *f, pid_t pid) {
   pthread_mutex_lock(&f->mu);
-  if (f->nwatch < MAX_KIDS + 1) f->watch[f->nwatch++] = pid;
+  if (f->nwatch < MAX_KIDS + 1) {
+    f->watch_start[f->nwatch] = start_time(pid);
+    f->watch[f->nwatch++] = pid;
+  }
   pthread_mutex_unlock(&f->mu);
 }
 
 static void watch_del(fx *f, pid_t pid) {
-  scan_pid(f, pid); /* one last look while it may still be there */
   pthread_mutex_lock(&f->mu);
+  unsigned long long start = 0;
   for (int i = 0; i < f->nwatch; i++) {
     if (f->watch[i] == pid) {
+      start = f->watch_start[i];
       f->watch[i] = f->watch[--f->nwatch];
+      f->watch_start[i] = f->watch_start[f->nwatch];
       break;
     }
   }
   pthread_mutex_unlock(&f->mu);
+  if (start) scan_pid(f, pid, start); /* one last look while it may still be there */
 }
 
 static void kid_forget(fx *f, pid_t pid) {

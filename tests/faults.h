@@ -52,6 +52,8 @@ typedef struct fx {
   atomic_bool stop;
   pthread_mutex_t mu;
   pid_t watch[MAX_KIDS + 1];
+  unsigned long long watch_start[MAX_KIDS + 1]; /* each one's start time: a pid reused by another
+                                                 * process (after it was reaped) is not sampled */
   int nwatch;
   char names[MAX_NAMES][40];
   int nnames;

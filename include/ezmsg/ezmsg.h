@@ -342,7 +342,8 @@ typedef struct ez_msg {
   unsigned flags;
   size_t nbufs; /* with EZ_MSG_RAW_PICKLE: the marshalled buffers */
   const ez_iov *bufs;
-  void *ref_; /* internal */
+  void *ref_;        /* internal */
+  uint64_t trace_t_; /* internal: when ez_recv gave it out, while a tool traces the subscriber */
 } ez_msg;
 
 /* Waits up to timeout_ms for the next message and fills *msg with a zero-copy view. The message
@@ -422,6 +423,33 @@ typedef struct ez_profile_data {
   ez_profile_pub *publishers;
   ez_profile_channel *channels;
 } ez_profile_data;
+
+/* One per-message trace sample (3.9.0's profiling traces), or a report of samples lost. */
+typedef struct ez_trace_sample {
+  double time;             /* wall clock, seconds since 1970 (exact for a process on this host) */
+  const char *endpoint_id; /* "topic:id" of the publisher or subscriber */
+  const char *topic;
+  const char *metric; /* "publish_delta_ns", "backpressure_wait_ns", "lease_time_ns", "user_span_ns" */
+  double value;       /* ns */
+  int64_t seq;        /* the message's number (-1: not given) */
+  int64_t pid;        /* the endpoint's process */
+  const char *dialect; /* how it came: "profiling" (PROFILE polls) or "released" (3.9's stream) */
+  uint64_t dropped;    /* nonzero: no sample, but this many were dropped (a reader too slow) */
+} ez_trace_sample;
+
+/* Called for each sample, on the calling thread of ez_trace; the strings live during the call.
+ * Returns nonzero to stop. */
+typedef int (*ez_trace_fn)(void *user, const ez_trace_sample *s);
+
+/* Streams the trace samples of the endpoints on `topics` (n_topics 0: all) of the graph at
+ * `address` to fn until *stop becomes nonzero (stop may be NULL), duration_ms passes (< 0:
+ * never) or fn returns nonzero. While it runs, the endpoints record a sample per message, and stop
+ * by themselves a few seconds after it ends. Works with every server that has profiling: in the
+ * profiling dialect with ezmsg-c endpoints (polled), in the released dialect (3.9) with ezmsg-c
+ * and Python endpoints (3.9's trace stream). Returns 0, EZ_ENOTSUP (ezmsg 3.7 / 3.8: no
+ * profiling), or a connection error. Blocking; any thread. */
+int ez_trace(const char *address, const char *const *topics, size_t n_topics, ez_trace_fn fn,
+             void *user, volatile int *stop, int duration_ms);
 
 /* Parses a profile document (ours or the Python reference's) into *out; absent fields are zero
  * or NULL. EZ_EPROTO if it is not such a document. Free with ez_profile_data_free. */
