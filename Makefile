@@ -6,7 +6,7 @@ JOBS ?= 2
 PREFIX ?= /usr/local
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test test-fast test-asan test-tsan test-notel demo install bench fuzz clean format
+.PHONY: all deps build test-build test test-fast test-asan test-tsan test-notel demo install bench fuzz clean format
 
 all: build
 
@@ -19,21 +19,29 @@ $(BUILD)/CMakeCache.txt:
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j$(JOBS)
 
+# Warnings are errors in the test builds (and so in CI), not in a plain build: a packager's
+# compiler may warn where ours does not (EZ_WERROR is OFF by default in CMakeLists.txt).
+WERROR = -DEZ_WERROR=ON
+
+test-build: deps $(BUILD)/CMakeCache.txt
+	cmake -S . -B $(BUILD) $(WERROR) >/dev/null
+	cmake --build $(BUILD) -j$(JOBS)
+
 # Every test: the normal build, then the whole suite again under ASan+UBSan, then the threaded
 # tests under ThreadSanitizer (die_after_fork=0: tests fork children that start threads; each
 # child is a fresh process for TSan's purposes).
-test: build
+test: test-build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 	$(MAKE) test-asan
 	$(MAKE) test-tsan
 	$(MAKE) test-notel
 
-test-fast: build
+test-fast: test-build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
-	  -DEZ_SANITIZE=address,undefined -DEZ_BENCH=OFF $(CMAKE_FLAGS)
+	  -DEZ_SANITIZE=address,undefined -DEZ_BENCH=OFF $(WERROR) $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j$(JOBS)
@@ -41,7 +49,7 @@ test-asan: deps
 TSAN_BUILD ?= build-tsan
 test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
-	  -DEZ_SANITIZE=thread -DEZ_BENCH=OFF $(CMAKE_FLAGS)
+	  -DEZ_SANITIZE=thread -DEZ_BENCH=OFF $(WERROR) $(CMAKE_FLAGS)
 	cmake --build $(TSAN_BUILD) -j$(JOBS)
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 \
 	  ctest --output-on-failure -j$(JOBS) -E 'fuzz_replay|sh_install|sh_multihost'
@@ -51,7 +59,7 @@ test-tsan: deps
 NOTEL_TEST_BUILD ?= build-notel-test
 test-notel: deps
 	cmake -S . -B $(NOTEL_TEST_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEZ_TELEMETRY=OFF \
-	  -DEZ_BENCH=OFF $(CMAKE_FLAGS)
+	  -DEZ_BENCH=OFF $(WERROR) $(CMAKE_FLAGS)
 	cmake --build $(NOTEL_TEST_BUILD) -j$(JOBS)
 	cd $(NOTEL_TEST_BUILD) && ctest --output-on-failure -j$(JOBS)
 

@@ -4,8 +4,9 @@
 #   source (ezmsg pub) --shm--> relay (example_relay) --tcp--> sink (ezmsg sub)
 #     /demo/raw                   upper-cases, force_tcp           /demo/filtered
 #
-# The sink starts first: if no graph server answers at the default address (127.0.0.1:25978, or
-# $EZMSG_GRAPHSERVER_ADDR) it embeds one, so it is also the last to stop. The demo shows what
+# The sink starts first: if no graph server answers at the default address (127.0.0.1:25978) it
+# embeds one, so it is also the last to stop. With $EZMSG_GRAPHSERVER_ADDR set and no server
+# there, the demo starts `ezmsg serve` at that address itself. The demo shows what
 # flowed and the pipeline's profile, stops every process it started by pid, and checks that no
 # shared-memory segment is left behind.
 #
@@ -63,6 +64,20 @@ wait_for() { # FILE TEXT: up to 10 s
 }
 
 echo "== ezmsg demo: source --shm--> relay --tcp--> sink"
+
+# With $EZMSG_GRAPHSERVER_ADDR set, a process does not embed a graph server (that address is the
+# user's choice): if nothing answers there, the demo runs one itself, first started, last stopped.
+if [ -n "${EZMSG_GRAPHSERVER_ADDR:-}" ] && ! "$CLI" graphviz --timeout 1 >/dev/null 2>&1; then
+  "$CLI" serve --address "$EZMSG_GRAPHSERVER_ADDR" 2>"$W/server.err" &
+  SERVER=$!
+  PIDS+=("$SERVER")
+  for ((i = 0; i < 250; i++)); do
+    "$CLI" graphviz --timeout 1 >/dev/null 2>&1 && break
+    alive "$SERVER" || die "cannot run a graph server at \$EZMSG_GRAPHSERVER_ADDR=$EZMSG_GRAPHSERVER_ADDR"
+    sleep 0.02
+  done
+  echo "server    pid $SERVER   ezmsg serve --address $EZMSG_GRAPHSERVER_ADDR"
+fi
 
 # 1. The sink: subscribes to /demo/filtered; embeds the graph server if none runs.
 "$CLI" sub /demo/filtered --handle sink --ready-file "$W/sink.ready" >"$W/sink.out" 2>"$W/sink.err" &

@@ -3,7 +3,13 @@
 # Usage: scripts/deps.sh [bench]
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libjansson-dev uuid-dev libcmocka-dev libzmq3-dev
-      clang libclang-rt-14-dev iproute2 python3)
+      clang libclang-rt-14-dev iproute2 python3
+      # the dashboard: HTTP, and the plotting and drawing scripts built into the binary
+      libmicrohttpd-dev libjs-chart.js libjs-d3
+      # its tests: a real browser, a real Prometheus, and Graphviz to check `ezmsg graphviz`
+      chromium prometheus graphviz
+      # the install test: man pages rendered, the zsh completion parsed
+      groff-base man-db zsh)
 # `deps.sh bench`: also iceoryx (its C binding and its RouDi daemon), a peer of `make bench` only,
 # and lld, which links the code layouts of its telemetry comparison.
 if [ "${1:-}" = bench ]; then pkgs+=(libiceoryx-binding-c-dev iceoryx lld); fi

@@ -12,6 +12,7 @@
 #include "acceptor.h"
 #include "dag.h"
 #include "gsparse.h"
+#include "gsregistry.h"
 #include "shm.h"
 
 #include <errno.h>
@@ -97,6 +98,19 @@ static segment *seg_find(server *s, const char *name, size_t n) {
   return NULL;
 }
 
+/* Ours: every registered publisher and subscriber, as "registry" (gsregistry.h). */
+static void registry_add(server *s, json_t *doc) {
+  ezi_gs_client *v = calloc(s->n_conns ? s->n_conns : 1, sizeof *v);
+  size_t n = 0;
+  for (conn *c = s->conns; v && c && n < s->n_conns; c = c->next)
+    if (c->st == C_PUB || c->st == C_SUB)
+      v[n++] =
+          (ezi_gs_client){c->st == C_PUB, c->id, c->topic, c->peer, c->port, c->pid, c->handle};
+  json_t *reg = v ? ezi_gs_registry_json(v, n) : NULL;
+  if (reg) json_object_set_new(doc, "registry", reg);
+  free(v);
+}
+
 void ezi_gs_reply_profile(op *o) {
   json_t *doc = json_object(), *pubs = json_array(), *chans = json_array();
   json_object_set_new(doc, "window_s", json_real((double)o->window_ms / 1000.0));
@@ -106,6 +120,7 @@ void ezi_gs_reply_profile(op *o) {
   }
   json_object_set_new(doc, "publishers", pubs);
   json_object_set_new(doc, "channels", chans);
+  registry_add(o->srv, doc);
   char *text = json_dumps(doc, JSON_COMPACT);
   json_decref(doc);
   ezi_buf b = {0};
@@ -203,6 +218,7 @@ static void handle_register(server *s, conn *c, uint8_t cmd, const char *topic, 
     return;
   }
   c->st = C_SUB;
+  ezi_sock_peer_host(c->w.fd, c->peer);
   op *o = ezi_gs_op_new(s, OP_SUBSCRIBE, c);
   if (!o) return ezi_gs_close(c);
   ezi_gs_notify_sub(s, c, o);
@@ -448,6 +464,8 @@ static long parse_one(server *s, conn *c) {
       on_profile_data(s, c, a, na);
     } else if (cmd == EZI_X_CLIENT) {
       c->ezc = true;
+    } else if (cmd == EZI_X_SUB_INFO && c->st == C_SUB) {
+      if (!ezi_subinfo_decode(a, na, &c->pid, &c->handle)) EZI_INFO("graph server: bad X_SUB_INFO");
     } else if (cmd >= EZI_X_ASK_MIN) {
       /* an extension we do not know: skipped, as a Python server does */
     } else {

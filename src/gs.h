@@ -131,6 +131,8 @@ struct conn {
   char peer[64];   /* publisher: host its graph connection came from */
   uint16_t port;   /* publisher: its channel server port */
   char pub_id[37]; /* channel: its publisher */
+  int64_t pid;     /* subscriber: from X_SUB_INFO (0: unknown) */
+  char *handle;    /* subscriber: from X_SUB_INFO */
   segment *lease;  /* C_LEASE */
   wqueue complete_q, profile_q;
   op *req_op; /* the op this connection waits on as a requester */

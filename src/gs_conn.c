@@ -223,6 +223,7 @@ void ezi_gs_reap(void *arg) {
     conn *c = s->graveyard;
     s->graveyard = c->next;
     free(c->topic);
+    free(c->handle);
     ezi_buf_free(&c->in);
     ezi_buf_free(&c->out);
     free(c);

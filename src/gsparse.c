@@ -1,7 +1,25 @@
 /* The graph server's request framing: which arguments follow which command (protocol.md, and
  * docs/protocol39.md for the released dialect's). */
 #include "gsparse.h"
+#include "gsregistry.h"
 #include "wire.h"
+
+#include <string.h>
+
+/* X_SUB_INFO's payload: the bytes up to '\n' (gsregistry.h). */
+static int sub_info(const uint8_t *p, size_t len, ezi_gs_req *req) {
+  size_t room = len - 1 < EZI_SUBINFO_MAX ? len - 1 : EZI_SUBINFO_MAX;
+  const uint8_t *nl = memchr(p + 1, '\n', room);
+  if (!nl) {
+    if (len - 1 >= EZI_SUBINFO_MAX) return EZ_EMSGSIZE;
+    req->need = len + 1;
+    return 0;
+  }
+  req->a = (const char *)p + 1;
+  req->na = (size_t)(nl - (p + 1));
+  req->used = req->na + 2;
+  return 1;
+}
 
 /* A payload: u64 size, then that many bytes (at most max). */
 static void rd_payload(ezi_rd *r, ezi_gs_req *req, size_t max) {
@@ -72,6 +90,9 @@ int ezi_gs_parse(ezi_gs_phase phase, const uint8_t *p, size_t len, ezi_gs_req *r
   *req = (ezi_gs_req){0};
   if (phase == EZI_GS_PUB_ADDR) {
     ezi_rd_str(&r, &req->a, &req->na);
+  } else if (phase == EZI_GS_CLIENT && len > 0 && p[0] == EZI_X_SUB_INFO) {
+    req->cmd = EZI_X_SUB_INFO;
+    return sub_info(p, len, req);
   } else if (ezi_rd_u8(&r, &req->cmd)) {
     switch (phase) {
     case EZI_GS_CLIENT:

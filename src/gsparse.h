@@ -16,7 +16,7 @@
 typedef enum {
   EZI_GS_COMMAND,  /* a fresh connection: one request (command byte and its arguments) */
   EZI_GS_PUB_ADDR, /* a publisher registering: the str address of its channel server */
-  EZI_GS_CLIENT,   /* a registered client: COMPLETE, or PROFILE_DATA and its str */
+  EZI_GS_CLIENT,   /* a registered client: COMPLETE, PROFILE_DATA and its str, or X_SUB_INFO */
   EZI_GS_SESSION,  /* a GraphContext session (released dialect): its requests */
   EZI_GS_PROCESS,  /* a process's control connection (released dialect): its requests */
   EZI_GS_NPHASES

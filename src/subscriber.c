@@ -2,6 +2,7 @@
  * destruction. The queue is bounded by the channels' slots (backpressure), so it never grows past
  * the sum of their num_buffers. The graph link (UPDATEs, channels) is in sublink.c. */
 #include "graphclient.h"
+#include "gsregistry.h"
 #include "subscriber.h"
 
 #include <errno.h>
@@ -341,6 +342,15 @@ static void detach_on_loop(void *arg) {
   ezi_sub_links_close(s);
 }
 
+/* Tells the graph server this subscriber's process and handle (X_SUB_INFO, gsregistry.h), after
+ * the answer to its first UPDATE, so that the server can list it while no publisher feeds it. */
+static void announce(ez_sub *s) {
+  ezi_buf b = {0};
+  if (ezi_subinfo_encode(&b, s->ctx->pid, s->handle) == 0)
+    ezi_outbox_put(s->ctx, &s->gout, b.data, b.len);
+  ezi_buf_free(&b);
+}
+
 int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, ez_sub **out) {
   if (!ctx || !topic || !out || strlen(topic) > EZ_MAX_CONTROL_STR) return EZ_EINVAL;
   ez_sub *s = calloc(1, sizeof *s);
@@ -390,6 +400,7 @@ int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, e
     ez_sub_destroy(s);
     return rc;
   }
+  announce(s);
   *out = s;
   return 0;
 }

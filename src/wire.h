@@ -88,6 +88,11 @@ enum ezi_cmd {
   EZI_X_WIN_ASK = 0xe9,
   EZI_X_TCP_ASK = 0xea,
   EZI_X_TCP = 0xeb,
+  /* ezmsg-c's extension on a subscriber's graph connection (gsregistry.h): once created, an
+   * ezmsg-c subscriber tells the graph server its process id and handle, so that the server can
+   * list it before any publisher feeds it. Its bytes are never 0x00 (COMPLETE) or 0x16
+   * (PROFILE_DATA), the only bytes the reference servers act on from a subscriber. */
+  EZI_X_SUB_INFO = 0xec,
 };
 /* Name of a command byte for log lines ("?" if unknown). */
 const char *ezi_cmd_name(unsigned cmd);

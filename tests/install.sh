@@ -116,5 +116,44 @@ pass "CMake find_package(ezmsg) builds against the installed copy run"
 expect_rc 0 "$PREFIX/bin/ezmsg" --help
 assert_contains "$T/out" "serve" "installed ezmsg --help"
 pass "installed ezmsg CLI runs"
+expect_rc 0 "$PREFIX/bin/ezmsg" --version
+grep -E "^ezmsg $(pkg-config --modversion ezmsg) \(ezmsg-c; speaks ezmsg [0-9.]+, and [0-9.]+ of the profiling branch\)$" \
+  "$T/out" >/dev/null || fail "installed ezmsg --version: $(cat "$T/out")"
+pass "installed ezmsg --version"
+
+# 5. Man pages: installed, and they render without a warning.
+for page in ezmsg ezmsg-dashboard; do
+  MAN=$(find "$PREFIX" -path "*/man1/$page.1" | head -n 1)
+  [ -n "$MAN" ] || fail "no $page.1 installed under $PREFIX"
+  groff -man -Tutf8 -ww -z "$MAN" 2>"$T/groff.err" || fail "$page.1 does not render"
+  assert_empty "$T/groff.err" "groff warnings for $page.1"
+  MANPATH="$PREFIX/share/man" man -P cat "$page" >"$T/man.txt" 2>/dev/null ||
+    fail "man $page does not find the installed page"
+  assert_contains "$T/man.txt" "SYNOPSIS" "man $page"
+done
+assert_contains "$T/man.txt" "SECURITY" "man ezmsg-dashboard"
+pass "man pages ezmsg(1) and ezmsg-dashboard(1) installed and rendered"
+
+# 6. Completion: bash (run it: commands, options, topics from a live server) and zsh (parses).
+BASHC="$PREFIX/share/bash-completion/completions/ezmsg"
+ZSHC="$PREFIX/share/zsh/site-functions/_ezmsg"
+[ -f "$BASHC" ] || fail "no bash completion at $BASHC"
+[ -f "$ZSHC" ] || fail "no zsh completion at $ZSHC"
+ADDR=$(ez_free_address)
+ez_start_serve "$ADDR"
+expect_rc 0 "$EZ_CLI" connect --address "$ADDR" /completion/topic /other
+complete_words() { # WORDS...: what bash completes for the last word
+  PATH="$PREFIX/bin:$PATH" bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1))
+    _ezmsg; printf "%s\n" "${COMPREPLY[@]}"' _ "$BASHC" "$@"
+}
+complete_words ezmsg pro >"$T/c1"
+assert_contains "$T/c1" "profile" "bash completion of 'pro'"
+complete_words ezmsg hz --in >"$T/c2"
+assert_contains "$T/c2" "--interval" "bash completion of hz --in"
+complete_words ezmsg info --address "$ADDR" /comp >"$T/c3"
+assert_contains "$T/c3" "/completion/topic" "bash completion of a topic"
+command -v zsh >/dev/null || fail "zsh is not installed: scripts/deps.sh installs it"
+zsh -n "$ZSHC" || fail "the zsh completion does not parse"
+pass "bash and zsh completion installed; bash completes commands, options and live topics"
 
 echo "all install tests passed"

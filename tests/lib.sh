@@ -169,3 +169,120 @@ assert_lines() { # FILE N WHAT
   n=$(wc -l <"$1")
   [ "$n" = "$2" ] || fail "$3: $(basename "$1") has $n lines, want $2"
 }
+
+# ---- a live test graph (topics.sh, dashboard.sh, prometheus.sh) ------------------------------
+# On the graph server at ADDR, paced publishers and subscribers in their own processes:
+#   /cam    100 Hz, 1000-byte messages over shared memory -> subscriber "recorder"
+#   /vision fed by /cam (ezmsg connect /cam /vision)     -> subscriber "detector" (100 Hz)
+#   /imu    50 Hz, 64-byte messages over TCP              -> subscriber "filter"
+#   /idle   no publisher                                  -> subscriber "idler" (idle)
+# The publishers' nominal rates are what they aim at; on a loaded machine a paced publisher
+# falls behind and never catches up in a burst (`pub --rate`), so the true rate is what really
+# flowed: every message recorder, detector and filter receive is time-stamped
+# (tests/arrivals.py into $T/arrivals.<topic>). Sets EZ_IDLER_PID and EZ_CAM_PID. Waits until
+# every subscriber is connected.
+ez_test_graph() {
+  local addr=$1 h
+  local src=${EZ_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+  "$EZ_CLI" connect --address "$addr" /cam /vision || fail "connect /cam /vision"
+  for h in recorder:/cam detector:/vision filter:/imu; do
+    python3 "$src/tests/arrivals.py" "$T/arrivals.${h#*:/}" "$EZ_CLI" sub --address "$addr" \
+      "${h#*:}" --handle "${h%%:*}" --ready-file "$T/ready.${h%%:*}" 2>"$T/sub.${h%%:*}.err" &
+    ez_track $!
+  done
+  "$EZ_CLI" sub --address "$addr" /idle --handle idler --ready-file "$T/ready.idler" \
+    >/dev/null 2>"$T/sub.idler.err" &
+  EZ_IDLER_PID=$!
+  ez_track $!
+  for h in recorder detector filter idler; do
+    for ((i = 0; i < 500; i++)); do
+      [ -e "$T/ready.$h" ] && break
+      sleep 0.02
+    done
+    [ -e "$T/ready.$h" ] || fail "subscriber $h did not come up"
+  done
+  "$EZ_CLI" pub --address "$addr" /cam --size 1000 --count 0 --rate 100 >/dev/null 2>"$T/pub.cam.err" &
+  EZ_CAM_PID=$!
+  ez_track $!
+  "$EZ_CLI" pub --address "$addr" /imu --size 64 --count 0 --rate 50 --force-tcp >/dev/null \
+    2>"$T/pub.imu.err" &
+  ez_track $!
+}
+
+# ON, or OFF when the build has telemetry compiled out (-DEZ_TELEMETRY=OFF): every rate, count and
+# latency of a profile then reads 0, and the tests check for exactly that.
+export EZ_TELEMETRY=${EZ_TELEMETRY:-ON}
+
+# Waits (up to SECS, default 30) until `ezmsg hz` sees every published topic of the test graph
+# at half its nominal rate or more, then for one more profile window, so that every figure is
+# live. Without telemetry: until every subscriber but the idle one has its channel.
+ez_wait_live() {
+  local addr=$1 secs=${2:-30} i
+  if [ "$EZ_TELEMETRY" = OFF ]; then
+    for ((i = 0; i < secs * 2; i++)); do
+      if "$EZ_CLI" list --address "$addr" --json 2>/dev/null | python3 -c 'import json,sys
+d = {s["handle"]: s for s in json.load(sys.stdin)["subscribers"]}
+sys.exit(0 if all(d.get(h, {}).get("num_channels") for h in ("recorder", "detector", "filter")) else 1)'; then
+        sleep 1
+        return 0
+      fi
+      sleep 0.5
+    done
+    fail "the test graph's subscribers did not get their channels within $secs s"
+  fi
+  for ((i = 0; i < secs * 2; i++)); do
+    if "$EZ_CLI" hz --address "$addr" --json --count 1 /cam /vision /imu 2>/dev/null |
+      python3 -c 'import json,sys; d=json.load(sys.stdin); w={"/cam":100,"/vision":100,"/imu":50}
+sys.exit(0 if all(t["rate_hz"] >= 0.5*w[t["topic"]] for t in d["topics"]) else 1)'; then
+      sleep 2.2
+      return 0
+    fi
+    sleep 0.5
+  done
+  fail "the test graph did not come live within $secs s"
+}
+
+# Checks the rates a tool reported against what really flowed. Reads {"t": the time the figures
+# are for (ISO-8601 or seconds since the epoch), "window": their averaging window in s, "rates":
+# {topic: rate}} on stdin. Every topic of the test graph must be present, each within 20% of
+# its true rate: the messages its subscriber received in (t - window, t], per second (0 for
+# /idle). Prints each topic's figure, the true rate and the nominal one. Without telemetry
+# (EZ_TELEMETRY=OFF), every rate must read 0.
+ez_check_rates() { # WHAT [TOPICS]
+  if [ "$EZ_TELEMETRY" = OFF ]; then
+    python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+want = sys.argv[1].split()
+assert sorted(t for t in d["rates"] if t in want) == sorted(want), d["rates"]
+assert all(float(d["rates"][t]) == 0 for t in want), d["rates"]
+print("  telemetry compiled out: every rate reads 0 (%s)" % ", ".join(want))' "${2:-/cam /vision /imu /idle}" ||
+      fail "$1: rates are not all 0 without telemetry"
+    return
+  fi
+  python3 -c '
+import datetime, json, os, sys
+d = json.load(sys.stdin)
+t = d["t"]
+if isinstance(t, str):
+    t = datetime.datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
+w = float(d["window"])
+nominal = {"/cam": 100, "/vision": 100, "/imu": 50, "/idle": 0}
+nominal = {k: v for k, v in nominal.items() if k in sys.argv[2].split()}
+bad = []
+for topic, nom in nominal.items():
+    if topic not in d["rates"]:
+        bad.append("%s missing" % topic)
+        continue
+    r = float(d["rates"][topic])
+    if nom:
+        times = [float(x) for x in open(os.path.join(sys.argv[1], "arrivals" + topic.replace("/", ".")))]
+        true = sum(1 for x in times if t - w < x <= t) / w
+    else:
+        true = 0.0
+    print("  %-8s %7.1f msg/s  true %6.1f (%+5.1f%%)  nominal %g" %
+          (topic, r, true, 100 * (r - true) / true if true else 0, nom))
+    if (true == 0 and r != 0) or (true and abs(r - true) > 0.2 * true) or (nom and true < 0.2 * nom):
+        bad.append("%s: %g, true %g" % (topic, r, true))
+sys.exit("; ".join(bad) if bad else 0)' "$T" "${2:-/cam /vision /imu /idle}" || fail "$1: rates off"
+}

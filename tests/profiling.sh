@@ -15,8 +15,12 @@ check_empty_doc() { # FILE WANT
   python3 - "$1" "$2" <<'EOF' || fail "not an empty profile document with window_s $2"
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert set(d) == {"window_s", "publishers", "channels"}, d
+assert set(d) == {"timestamp", "window_s", "publishers", "channels", "registry"}, d
+assert list(d)[0] == "timestamp" and d["timestamp"].endswith("Z"), d
+import datetime
+datetime.datetime.fromisoformat(d["timestamp"].replace("Z", "+00:00"))
 assert d["publishers"] == [] and d["channels"] == [], d
+assert d["registry"] == {"publishers": [], "subscribers": []}, d
 assert abs(d["window_s"] - float(sys.argv[2])) < 1e-9, d
 EOF
 }
@@ -114,13 +118,18 @@ kill -TERM "$WPID"
 RC=0
 ez_join "$WPID" 10 || RC=$?
 assert_eq 0 "$RC" "--watch exit status after SIGTERM"
-python3 - "$T/watchj" <<'EOF' || fail "--watch json: not a series of documents"
-import json, sys
-docs = [json.loads(b) for b in open(sys.argv[1]).read().split("\n\n") if b.strip()]
+python3 - "$T/watchj" <<'EOF' || fail "--watch json: not one document per line"
+import datetime, json, sys
+lines = open(sys.argv[1]).read().split("\n")
+assert lines[-1] == "", "the last document ends with a newline"
+docs = [json.loads(l) for l in lines[:-1]]  # every line one whole document
 assert len(docs) >= 2, len(docs)
 assert all(d["publishers"] == [] for d in docs)
+stamps = [datetime.datetime.fromisoformat(d["timestamp"].replace("Z", "+00:00")) for d in docs]
+assert all(d["timestamp"].endswith("Z") for d in docs)
+assert stamps == sorted(stamps) and stamps[0] < stamps[-1], stamps
 EOF
-pass "ezmsg profile --watch (JSON): documents separated by blank lines, exit 0 on SIGTERM"
+pass "ezmsg profile --watch (JSON): one document per line with its timestamp, exit 0 on SIGTERM"
 
 # On a terminal (a pty made by python3, so the pid we signal is ezmsg's own and every wait is
 # bounded): the screen is cleared before every table, and SIGINT ends it with status 0.

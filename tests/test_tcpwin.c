@@ -102,6 +102,7 @@ static void ack(int fd, uint64_t id) {
 
 static ez_pub *make_pub(ez_context *ctx, const char *topic, uint32_t nbuf, size_t buf_size,
                         uint16_t *port) {
+  *port = 0; /* gcc -O3 cannot see that fail_msg does not return */
   ez_pub_opts o;
   ez_pub_opts_init(&o);
   o.num_buffers = nbuf;

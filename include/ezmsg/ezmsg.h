@@ -90,6 +90,11 @@ extern "C" {
 #define EZ_MAX_CONTROL_STR (1u << 20) /* longest string accepted on a control link */
 #define EZ_DEFAULT_TIMEOUT_MS 5000    /* default for one-shot graph requests */
 
+/* The version of this library (libezmsg), e.g. "3.6.2": what `ezmsg --version` prints and
+ * pkg-config reports. The ezmsg protocol versions it speaks are EZ_VERSION and
+ * EZ_VERSION_PROFILING (above). Returns a static string; any thread. */
+const char *ez_version(void);
+
 /* ---------------------------------------------------------------------------------------------
  * Errors
  * ------------------------------------------------------------------------------------------- */

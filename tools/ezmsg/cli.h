@@ -34,6 +34,11 @@ int cmd_pub(int argc, char **argv);
 int cmd_sub(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_perf(int argc, char **argv);
+int cmd_list(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_hz(int argc, char **argv);
+int cmd_bw(int argc, char **argv);
+int cmd_dashboard(int argc, char **argv);
 
 typedef struct cli_command {
   const char *name;
@@ -57,6 +62,11 @@ static const cli_command cli_commands[] = {
     {"pub", cmd_pub, "publish stdin lines, or N messages, to a topic"},
     {"sub", cmd_sub, "print the messages of a topic, one a line"},
     {"profile", cmd_profile, "print the graph's profile (rates, backpressure, processing times)"},
+    {"list", cmd_list, "list topics with their publishers and subscribers (idle ones too)"},
+    {"info", cmd_info, "describe one topic: its endpoints, rates and latencies"},
+    {"hz", cmd_hz, "print the message rate of topics, live"},
+    {"bw", cmd_bw, "print the bandwidth of topics, live"},
+    {"dashboard", cmd_dashboard, "serve a live web page of the graph, with plots, and /metrics"},
     {"perf", cmd_perf, "measure throughput and latency (fanout, fanin, relay, pingpong)"},
 };
 #endif
@@ -88,13 +98,17 @@ typedef struct cli_ctx {
   char **argv;
 } cli_ctx;
 
-/* Handles one extra option: returns 0, or -1 for a bad value (cli_parse then reports a usage
- * error; the handler may print a one-line reason to stderr first). */
+/* Handles one extra option: returns 0, or -1 for a bad value. cli_parse then reports a usage
+ * error in one line: the reason the handler gave with cli_opt_error, else "bad value 'V' for
+ * --NAME". Handlers print nothing themselves. */
 typedef int (*cli_opt_fn)(int opt, const char *arg, void *user);
 
 /* Parses argv (argv[0] = the command name). Returns -1 to go on, or the exit code to return now
  * (0 after --help, 2 after a usage error). */
 int cli_parse(const cli_spec *spec, int argc, char **argv, cli_ctx *ctx, cli_opt_fn fn, void *user);
+
+/* From an option handler: the one-line reason its value is bad (without "ezmsg CMD: "). */
+void cli_opt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Prints the command's usage (to stdout for --help, stderr for errors). */
 void cli_usage(const cli_spec *spec, FILE *f);
@@ -108,6 +122,10 @@ int cli_usage_error(const cli_spec *spec, const char *fmt, ...)
  * ADDR)". */
 int cli_fail(const cli_ctx *ctx, int rc, const char *what_fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* The name of names[0..n) closest to a mistyped `word` (a small edit distance, or word a prefix of
+ * it), for "did you mean"; NULL if none is close. */
+const char *cli_closest(const char *word, const char *const *names, size_t n);
 
 /* Checks a "host:port" address (resolved from NULL as the library does) and copies it into out.
  * Returns 0 or EZ_EADDR. */

@@ -1,8 +1,11 @@
 /* The one-shot graph commands: shutdown, connect, disconnect, graphviz, mermaid, sync, pause,
- * resume. Each is one library call against the graph server. */
+ * resume. Each is one library call against the graph server (graphviz and mermaid: the graph
+ * view, graphview.h). */
 #include "cli.h"
+#include "gvdraw.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static const cli_spec shutdown_spec = {
     .name = "shutdown",
@@ -32,14 +35,17 @@ static const cli_spec disconnect_spec = {
 static const cli_spec graphviz_spec = {
     .name = "graphviz",
     .args = "",
-    .about = "Prints the topic graph in Graphviz dot on stdout.",
+    .about = "Prints the graph in Graphviz dot on stdout: topics and their edges, and each\n"
+             "process with its publishers, channels (labelled with their transport) and\n"
+             "subscribers (`ezmsg graphviz | dot -Tsvg > graph.svg`).",
     .max_args = 0,
 };
 
 static const cli_spec mermaid_spec = {
     .name = "mermaid",
     .args = "",
-    .about = "Prints the topic graph as a Mermaid flowchart on stdout.",
+    .about = "Prints the graph as a Mermaid flowchart on stdout: topics and their edges, and\n"
+             "each process with its publishers, channels and subscribers.",
     .max_args = 0,
 };
 
@@ -96,12 +102,12 @@ static int render(const cli_spec *spec, const char *fmt, int argc, char **argv) 
   cli_ctx ctx;
   int rc = cli_parse(spec, argc, argv, &ctx, NULL, NULL);
   if (rc >= 0) return rc;
-  ez_graph g = {0};
-  rc = ez_graph_dag(ctx.address, &g, ctx.timeout_ms);
-  if (rc) return cli_fail(&ctx, rc, "reading the topic graph");
-  char *text = ez_graph_format(&g, fmt);
-  ez_graph_free(&g);
-  if (!text) return cli_fail(&ctx, EZ_ENOMEM, "rendering the topic graph");
+  gv v;
+  rc = gv_fetch(ctx.address, EZ_PROFILE_WINDOW_S, ctx.timeout_ms, &v);
+  if (rc) return cli_fail(&ctx, rc, "reading the graph");
+  char *text = gv_draw(&v, !strcmp(fmt, "mermaid"));
+  gv_free(&v);
+  if (!text) return cli_fail(&ctx, EZ_ENOMEM, "rendering the graph");
   fputs(text, stdout);
   free(text);
   return 0;

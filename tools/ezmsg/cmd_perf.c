@@ -274,8 +274,8 @@ static int on_opt(int opt, const char *arg, void *user) {
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
       if (o->n_sizes == 16 || parse_size(tok, &o->sizes[o->n_sizes])) {
-        fprintf(stderr, "ezmsg perf: sizes are %zu bytes to 1G, at most 16 of them\n",
-                sizeof(perf_hdr));
+        cli_opt_error("bad --size '%s' (sizes are %zu bytes to 1G, at most 16 of them)", arg,
+                      sizeof(perf_hdr));
         return -1;
       }
       o->n_sizes++;

@@ -8,6 +8,10 @@
  * are at most TABLE_COLS columns: long topics and handles are cut with "...", and labels are
  * sanitised so a topic cannot send control sequences to the terminal. */
 #include "cli.h"
+#include "graphview.h"
+#include "jsonout.h"
+#include "textfit.h"
+#include "watch.h"
 
 #include <errno.h>
 #include <math.h>
@@ -72,8 +76,7 @@ static int on_opt(int opt, const char *arg, void *user) {
   switch (opt) {
   case OPT_WINDOW:
     if (parse_seconds(arg, &v) || v < 0) {
-      fprintf(stderr, "ezmsg profile: bad --window '%s' (seconds, 0 to %g)\n", arg,
-              EZ_PROFILE_MAX_WINDOW_S);
+      cli_opt_error("bad --window '%s' (seconds, 0 to %g)", arg, EZ_PROFILE_MAX_WINDOW_S);
       return -1;
     }
     po->window_s = v > EZ_PROFILE_MAX_WINDOW_S ? EZ_PROFILE_MAX_WINDOW_S : v;
@@ -83,11 +86,11 @@ static int on_opt(int opt, const char *arg, void *user) {
       po->table = !strcmp(arg, "table");
       return 0;
     }
-    fprintf(stderr, "ezmsg profile: bad --format '%s' (json or table)\n", arg);
+    cli_opt_error("bad --format '%s' (json or table)", arg);
     return -1;
   case OPT_WATCH:
     if (parse_seconds(arg, &v) || !(v > 0) || v > 86400) {
-      fprintf(stderr, "ezmsg profile: bad --watch '%s' (seconds, more than 0)\n", arg);
+      cli_opt_error("bad --watch '%s' (seconds, more than 0)", arg);
       return -1;
     }
     po->watch_s = v;
@@ -97,91 +100,33 @@ static int on_opt(int opt, const char *arg, void *user) {
 }
 
 /* ---- JSON output --------------------------------------------------------------------------------
- * The document re-indented by two spaces (as the reference CLI's json.dumps(indent=2)), without
- * parsing it: only string boundaries matter. Empty objects and arrays stay "{}" / "[]". */
-static void print_json(const char *s, FILE *f) {
-  int depth = 0;
-  bool in_str = false;
-  for (const char *p = s; *p; p++) {
-    char ch = *p;
-    if (in_str) {
-      fputc(ch, f);
-      if (ch == '\\' && p[1])
-        fputc(*++p, f);
-      else if (ch == '"')
-        in_str = false;
-      continue;
-    }
-    switch (ch) {
-    case '"':
-      in_str = true;
-      fputc(ch, f);
-      break;
-    case '{':
-    case '[':
-      if (p[1] == (ch == '{' ? '}' : ']')) {
-        fputc(ch, f);
-        fputc(*++p, f);
-        break;
-      }
-      fputc(ch, f);
-      fprintf(f, "\n%*s", 2 * ++depth, "");
-      break;
-    case '}':
-    case ']':
-      depth = depth > 0 ? depth - 1 : 0;
-      fprintf(f, "\n%*s%c", 2 * depth, "", ch);
-      break;
-    case ',': fprintf(f, ",\n%*s", 2 * depth, ""); break;
-    case ':': fputs(": ", f); break;
-    case ' ':
-    case '\t':
-    case '\n':
-    case '\r': break;
-    default: fputc(ch, f);
-    }
+ * The document with "timestamp" (ISO-8601, UTC) first and every real at 6 significant digits
+ * (jsonout.h): indented by two spaces (as the reference CLI's json.dumps(indent=2)) when printed
+ * once, one document per line when watching. */
+static int json_out(const char *json, bool one_line, FILE *f) {
+  json_error_t jerr;
+  json_t *doc = json_loads(json, 0, &jerr);
+  if (!json_is_object(doc)) {
+    json_decref(doc);
+    return doc || json_error_code(&jerr) != json_error_out_of_memory ? EZ_EPROTO : EZ_ENOMEM;
   }
+  json_t *out = json_object();
+  char ts[40];
+  gv_now_iso(ts);
+  json_object_set_new(out, "timestamp", json_string(ts));
+  json_object_update(out, doc);
+  json_decref(doc);
+  jo_round_tree(out);
+  char *text = jo_dumps(out, !one_line);
+  json_decref(out);
+  if (!text) return EZ_ENOMEM;
+  fputs(text, f);
   fputc('\n', f);
+  free(text);
+  return 0;
 }
 
 /* ---- table output ---------------------------------------------------------------------------- */
-
-/* Byte length of the character at s (a whole UTF-8 sequence, else 1). */
-static size_t char_len(const unsigned char *s) {
-  if (s[0] < 0xc2 || s[0] > 0xf4) return 1;
-  size_t want = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : 2, k = 1;
-  while (k < want && (s[k] & 0xc0) == 0x80)
-    k++;
-  return k == want ? want : 1;
-}
-
-/* Writes `s` into out as at most `width` columns (one per UTF-8 character; control characters and
- * stray bytes become '?'), cut with "..." when longer; with `pad`, padded with spaces to exactly
- * `width`. out needs 4 * width + 1 bytes. */
-static void fit(char *out, const char *s, int width, bool pad) {
-  const unsigned char *u = (const unsigned char *)(s ? s : "");
-  int cols = 0;
-  for (size_t i = 0; u[i]; i += char_len(u + i))
-    cols++;
-  int keep = cols > width ? width - 3 : cols, shown = 0;
-  size_t o = 0;
-  for (size_t i = 0; shown < keep; shown++) {
-    size_t n = char_len(u + i);
-    if (n > 1)
-      memcpy(out + o, u + i, n);
-    else
-      out[o] = u[i] < 0x20 || u[i] == 0x7f || u[i] >= 0x80 ? '?' : (char)u[i];
-    o += n;
-    i += n;
-  }
-  if (cols > width)
-    for (; shown < width; shown++)
-      out[o++] = '.';
-  if (pad)
-    for (; shown < width; shown++)
-      out[o++] = ' ';
-  out[o] = 0;
-}
 
 /* A number right-aligned in exactly `width` columns: `dec` decimals if that fits, fewer if not,
  * then exponent form. */
@@ -204,7 +149,7 @@ static void num(char *out, size_t cap, double v, int width, int dec) {
 static void row(FILE *f, const char *name, const double *vals[6], const char *last) {
   static const int w[6] = {10, 9, 9, 9, 9, 8}, dec[6] = {1, 3, 3, 3, 3, 0};
   char cell[4 * NAME_W + 1];
-  fit(cell, name, NAME_W, true);
+  cli_fit(cell, name, NAME_W, true);
   fputs(cell, f);
   for (int i = 0; i < 6; i++) {
     fputc(' ', f);
@@ -214,7 +159,7 @@ static void row(FILE *f, const char *name, const double *vals[6], const char *la
       snprintf(cell, sizeof cell, "%*s", w[i], "-");
     fputs(cell, f);
   }
-  fit(cell, last, LAST_W, false);
+  cli_fit(cell, last, LAST_W, false);
   fprintf(f, "  %s\n", cell);
 }
 
@@ -261,7 +206,7 @@ static void sub_rows(FILE *f, const ez_profile_channel *c) {
     const char *label = s->handle ? s->handle : s->subscriber_id ? s->subscriber_id : "?";
     char name[4 * NAME_W + 3];
     name[0] = name[1] = ' ';
-    fit(name + 2, label, NAME_W - 2, false);
+    cli_fit(name + 2, label, NAME_W - 2, false);
     double pid = (double)c->pid;
     const double *v[6] = {&s->message_rate_hz,   NULL,
                           &s->processing.avg_ms, p99_of(&s->processing),
@@ -283,11 +228,11 @@ static bool same(const char *a, const char *b) { return a && b && !strcmp(a, b);
 
 static void print_table(const ez_profile_data *d, const char *addr, FILE *f) {
   char head[4 * NAME_W + 1];
-  fit(head, addr, 40, false);
+  cli_fit(head, addr, 40, false);
   fprintf(f, "graph server %s: window %.1f s, %zu publisher%s, %zu channel%s\n", head, d->window_s,
           d->n_publishers, d->n_publishers == 1 ? "" : "s", d->n_channels,
           d->n_channels == 1 ? "" : "s");
-  fit(head, "TOPIC / SUBSCRIBER", NAME_W, true);
+  cli_fit(head, "TOPIC / SUBSCRIBER", NAME_W, true);
   fprintf(f, "%s %10s %9s %9s %9s %9s %8s  %s\n", head, "MSG/S", "MB/S", "AVG MS", "P99 MS",
           "MAX MS", "PID", "CH / MODE");
   if (!d->n_publishers && !d->n_channels) {
@@ -355,7 +300,7 @@ static int render(const cli_ctx *ctx, const profile_opts *po, char **out) {
   size_t len = 0;
   FILE *f = open_memstream(out, &len);
   if (!f) rc = EZ_ENOMEM;
-  if (!rc && !po->table) print_json(json, f);
+  if (!rc && !po->table) rc = json_out(json, po->watch_s > 0, f);
   if (!rc && po->table) {
     ez_profile_data d;
     rc = ez_profile_parse(json, &d);
@@ -385,30 +330,28 @@ int cmd_profile(int argc, char **argv) {
     return 0;
   }
 
-  /* --watch: SIGINT / SIGTERM are blocked and taken synchronously between redraws, so a request
-   * in progress is never cut and the exit status is 0. Their dispositions are reset after
-   * blocking them: a shell starts background jobs with SIGINT ignored, and an ignored signal is
-   * discarded even while blocked. */
+  /* --watch: a stop signal is taken between redraws (watch.h), so the exit status is 0. JSON
+   * goes one document per line, never clearing the screen (a log); a table is redrawn in place on
+   * a terminal, and separated from the next by a blank line on a pipe. */
   sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  sigprocmask(SIG_BLOCK, &stop, NULL);
-  signal(SIGINT, SIG_DFL);
-  signal(SIGTERM, SIG_DFL);
-  bool tty = isatty(STDOUT_FILENO);
+  watch_begin(&stop);
+  bool tty = isatty(STDOUT_FILENO) && po.table;
   bool ever_ok = false;
   for (unsigned n = 0;; n++) {
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct timespec t0 = watch_now();
     rc = render(&ctx, &po, &text);
     if (rc && !ever_ok) return cli_fail(&ctx, rc, "profile"); /* nothing to watch */
     if (tty)
       fputs("\033[H\033[2J", stdout);
-    else if (n > 0)
+    else if (n > 0 && po.table)
       fputc('\n', stdout);
-    if (rc) {
-      /* Keep watching across a graph server restart; say so in place of the table. */
+    if (rc && !po.table) {
+      /* Keep watching across a graph server restart: a line that says so, still JSON. */
+      char ts[40];
+      gv_now_iso(ts);
+      printf("{\"timestamp\":\"%s\",\"error\":\"%s\"}\n", ts,
+             rc == EZ_ENOSERVER ? "no graph server" : ez_strerror(rc));
+    } else if (rc) {
       printf("(no profile: %s, graph server %s)\n",
              rc == EZ_ENOSERVER ? "not running" : ez_strerror(rc), ctx.shown);
     } else {
@@ -417,17 +360,6 @@ int cmd_profile(int argc, char **argv) {
     }
     ever_ok = ever_ok || !rc;
     if (fflush(stdout) != 0 || ferror(stdout)) return 1;
-    /* Sleep what is left of the interval, or until a stop signal. */
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double spent = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-    double left = po.watch_s - spent;
-    if (left < 0) left = 0;
-    struct timespec wait = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
-    int sig;
-    do {
-      sig = sigtimedwait(&stop, NULL, &wait);
-    } while (sig < 0 && errno == EINTR);
-    if (sig == SIGINT || sig == SIGTERM) return 0;
+    if (!watch_sleep(&stop, t0, po.watch_s)) return 0;
   }
 }

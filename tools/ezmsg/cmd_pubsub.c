@@ -5,6 +5,7 @@
  * block in short slices so a signal is noticed promptly; the library's own threads are created
  * with those signals blocked so only the main thread sees them. */
 #include "cli.h"
+#include "pace.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -109,7 +110,8 @@ static const cli_spec pub_spec = {
         "                     endian, if N >= 8; byte i >= 8: i mod 256)\n"
         "  -n, --count N      with --message/--size: how many (default 1; 0: until stopped);\n"
         "                     reading stdin: stop after N lines (default 0: all)\n"
-        "  -r, --rate HZ      at most HZ messages per second (default: as fast as possible)\n"
+        "  -r, --rate HZ      at most HZ messages per second, also after a stall (no catch-up\n"
+        "                     burst; default: as fast as possible)\n"
         "  -b, --num-buffers N  buffer slots of the publisher (default 32)\n"
         "      --force-tcp    send to other processes over TCP, never shared memory\n"
         "      --wait-subscribers N  first wait until N subscribing processes are connected\n"
@@ -148,18 +150,16 @@ static int pub_opt(int opt, const char *arg, void *user) {
   }
 }
 
-/* Sleeps until message number k is due at `rate` Hz after t0 (monotonic); false if stopped. */
-static bool pace(const struct timespec *t0, double rate, uint64_t k) {
-  if (rate <= 0) return !g_stop;
-  uint64_t at_ns = (uint64_t)((double)k * 1e9 / rate);
-  struct timespec due = *t0;
-  due.tv_sec += (time_t)(at_ns / 1000000000u);
-  due.tv_nsec += (long)(at_ns % 1000000000u);
-  if (due.tv_nsec >= 1000000000L) {
-    due.tv_sec++;
-    due.tv_nsec -= 1000000000L;
-  }
-  while (!g_stop && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &due, NULL) == EINTR) {
+/* Sleeps until the next message is due (pace.h); false if stopped. */
+static bool wait_turn(pace *pc) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  uint64_t now_ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+  uint64_t at_ns = pace_due(pc, now_ns);
+  if (at_ns > now_ns) {
+    struct timespec due = {(time_t)(at_ns / 1000000000u), (long)(at_ns % 1000000000u)};
+    while (!g_stop && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &due, NULL) == EINTR) {
+    }
   }
   return !g_stop;
 }
@@ -238,12 +238,11 @@ int cmd_pub(int argc, char **argv) {
     nanosleep(&ts, NULL);
   }
 
-  struct timespec t0;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  pace pc = pace_new(a.rate);
   char *line = NULL;
   size_t cap = 0;
   for (uint64_t k = 0; !exit_code && (count == 0 || k < count); k++) {
-    if (!pace(&t0, a.rate, k)) break;
+    if (!wait_turn(&pc)) break;
     const void *data;
     size_t len;
     if (from_stdin) {
@@ -273,6 +272,7 @@ int cmd_pub(int argc, char **argv) {
       len = (size_t)a.size;
     }
     rc = publish_one(pub, data, len, ctx.timeout_ms);
+    pace_sent(&pc);
     if (rc == 1) break;
     if (rc) exit_code = cli_fail(&ctx, rc, "publishing on %s", topic);
   }
@@ -451,7 +451,7 @@ int cmd_sub(int argc, char **argv) {
     }
     bool ok = print_message(m.data, m.len);
     ez_msg_release(&m);
-    if (!ok) { /* stdout gone (e.g. a closed pipe): nothing more to say ... */
+    if (!ok) {                    /* stdout gone (e.g. a closed pipe): nothing more to say ... */
       exit_code = g_stop ? 0 : 1; /* ... or a stop signal interrupted a write to a full pipe */
       break;
     }

@@ -1,15 +1,19 @@
 /* `ezmsg serve` (a graph server in the foreground) and `ezmsg start` (one in the background). */
 #include "cli.h"
+#include "metrics.h"
+#include "wire.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -17,8 +21,14 @@
 
 #define START_TIMEOUT_MS 5000
 
+enum { OPT_METRICS = 4000 };
+
 static const struct option server_opts[] = {
     {"max-clients", required_argument, NULL, 'c'}, {"dialect", required_argument, NULL, 'd'}, {0}};
+static const struct option serve_opts[] = {{"max-clients", required_argument, NULL, 'c'},
+                                           {"dialect", required_argument, NULL, 'd'},
+                                           {"metrics", required_argument, NULL, OPT_METRICS},
+                                           {0}};
 #define SERVER_OPTS_HELP                                                                           \
   "  -c, --max-clients N  serve at most N clients at once (default 4096); one more is\n"           \
   "                     refused, and it reports that the server is at its client limit\n"          \
@@ -29,9 +39,19 @@ static const struct option server_opts[] = {
   "                     and ezmsg-c clients are served in full either way. Default:\n"             \
   "                     $" EZ_DIALECT_ENV ", else released\n"
 
-/* --max-clients and --dialect into an ez_server_opts. */
+typedef struct server_args {
+  ez_server_opts opts;
+  const char *metrics; /* --metrics H:P */
+} server_args;
+
+/* --max-clients and --dialect into an ez_server_opts; --metrics. */
 static int server_opt(int opt, const char *arg, void *user) {
-  ez_server_opts *o = user;
+  server_args *a = user;
+  ez_server_opts *o = &a->opts;
+  if (opt == OPT_METRICS) {
+    a->metrics = arg;
+    return 0;
+  }
   if (opt == 'd') {
     o->dialect = !strcmp(arg, "released")    ? EZ_DIALECT_RELEASED
                  : !strcmp(arg, "profiling") ? EZ_DIALECT_PROFILING
@@ -42,8 +62,29 @@ static int server_opt(int opt, const char *arg, void *user) {
   errno = 0;
   long v = opt == 'c' ? strtol(arg, &end, 10) : -1;
   if (opt != 'c' || errno || end == arg || *end || v < 1 || v > 1000000) return -1;
-  o->max_clients = (int)v;
+  a->opts.max_clients = (int)v;
   return 0;
+}
+
+/* Why a server could not listen on addr: the library says only "bad or unusable address", so
+ * try to bind it here and name the reason ("address already in use", ...). */
+static const char *bind_reason(const char *addr, int rc) {
+  char host[256];
+  uint16_t port;
+  if (rc != EZ_EADDR || ezi_addr_parse(addr, host, &port)) return ez_strerror(rc);
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *ai = NULL;
+  char ps[8];
+  snprintf(ps, sizeof ps, "%u", port);
+  if (getaddrinfo(host, ps, &hints, &ai) || !ai) return "cannot resolve the host";
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, e = 0;
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) e = errno;
+  if (fd >= 0) close(fd);
+  freeaddrinfo(ai);
+  if (e == EADDRINUSE) return "address already in use";
+  if (e == EADDRNOTAVAIL) return "no such address on this host";
+  if (e == EACCES) return "permission denied (a port below 1024?)";
+  return e ? strerror(e) : ez_strerror(rc);
 }
 
 static const cli_spec serve_spec = {
@@ -55,9 +96,11 @@ static const cli_spec serve_spec = {
     .min_args = 0,
     .max_args = 0,
     .listen = true,
-    .opts = server_opts,
+    .opts = serve_opts,
     .opts_short = "c:d:",
-    .opts_help = SERVER_OPTS_HELP,
+    .opts_help = SERVER_OPTS_HELP
+    "      --metrics H:P  also serve /metrics (Prometheus text format) on H:P, from this\n"
+    "                     server's profile, asked at each scrape (docs/dashboard.md)\n",
 };
 
 static const cli_spec start_spec = {
@@ -112,20 +155,35 @@ static void run_until_stopped(ez_server *srv, const sigset_t *set) {
 
 int cmd_serve(int argc, char **argv) {
   cli_ctx ctx;
-  ez_server_opts opts = {0};
-  int rc = cli_parse(&serve_spec, argc, argv, &ctx, server_opt, &opts);
+  server_args a = {0};
+  int rc = cli_parse(&serve_spec, argc, argv, &ctx, server_opt, &a);
   if (rc >= 0) return rc;
+  char maddr[300];
+  if (a.metrics && cli_check_address(a.metrics, true, maddr))
+    return cli_usage_error(&serve_spec, "bad --metrics '%s' (want HOST:PORT)", a.metrics);
   sigset_t set;
   block_stop_signals(&set); /* before the server thread exists, so it inherits the mask */
   raise_fd_limit();
   ez_server *srv = NULL;
-  rc = ez_server_start_opts(ctx.address, &opts, &srv);
+  rc = ez_server_start_opts(ctx.address, &a.opts, &srv);
   if (rc) {
-    fprintf(stderr, "ezmsg: cannot serve on %s: %s\n", ctx.shown, ez_strerror(rc));
+    fprintf(stderr, "ezmsg: cannot serve on %s: %s\n", ctx.shown, bind_reason(ctx.shown, rc));
     return 1;
   }
+  metrics_server *m = NULL;
+  if (a.metrics) {
+    char err[400];
+    m = metrics_start(maddr, ez_server_address(srv), err, sizeof err);
+    if (!m) {
+      fprintf(stderr, "ezmsg: --metrics: %s\n", err);
+      ez_server_stop(srv);
+      return 1;
+    }
+  }
   fprintf(stderr, "graph server listening on %s\n", ez_server_address(srv));
+  if (m) fprintf(stderr, "metrics on http://%s/metrics\n", metrics_address(m));
   run_until_stopped(srv, &set);
+  metrics_stop(m);
   return 0;
 }
 
@@ -189,8 +247,9 @@ static void daemon_main(const cli_ctx *ctx, const ez_server_opts *opts, int repo
 
 int cmd_start(int argc, char **argv) {
   cli_ctx ctx;
-  ez_server_opts opts = {0};
-  int rc = cli_parse(&start_spec, argc, argv, &ctx, server_opt, &opts);
+  server_args a = {0};
+  int rc = cli_parse(&start_spec, argc, argv, &ctx, server_opt, &a);
+  const ez_server_opts opts = a.opts;
   if (rc >= 0) return rc;
   if (ez_graph_ping(ctx.address, NULL, 0, 1000) == 0) {
     fprintf(stderr, "ezmsg: a graph server already answers at %s\n", ctx.shown);
@@ -232,7 +291,7 @@ int cmd_start(int argc, char **argv) {
   if (got < sizeof status || status != 0) {
     if (got < sizeof status) status = EZ_ETIMEDOUT;
     fprintf(stderr, "ezmsg: cannot start a graph server on %s: %s\n", ctx.shown,
-            ez_strerror(status));
+            bind_reason(ctx.shown, status));
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     return 1;

@@ -25,6 +25,7 @@ static void main_usage(FILE *f) {
     fprintf(f, "  %-12s %s\n", cli_commands[i].name, cli_commands[i].summary);
   fprintf(f,
           "\nEvery command takes --address H:P (default: $%s, else %s) and --help.\n"
+          "`ezmsg --version` prints the version.\n"
           "Run `ezmsg COMMAND --help` for a command's usage.\n",
           EZ_ADDR_ENV, EZ_DEFAULT_ADDRESS);
 }
@@ -102,6 +103,26 @@ static int parse_timeout_s(const char *s, int *ms) {
   return 0;
 }
 
+static char g_opt_error[512]; /* set by cli_opt_error during one option handler */
+
+void cli_opt_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g_opt_error, sizeof g_opt_error, fmt, ap);
+  va_end(ap);
+}
+
+/* "--name" of an extra option (by its value), else "-c". */
+static void option_name(const cli_spec *spec, int c, char out[64]) {
+  for (const struct option *o = spec->opts; o && o->name; o++) {
+    if (o->val == c) {
+      snprintf(out, 64, "--%s", o->name);
+      return;
+    }
+  }
+  snprintf(out, 64, "-%c", c > 32 && c < 127 ? c : '?');
+}
+
 int cli_parse(const cli_spec *spec, int argc, char **argv, cli_ctx *ctx, cli_opt_fn fn,
               void *user) {
   *ctx = (cli_ctx){.spec = spec,
@@ -140,8 +161,15 @@ int cli_parse(const cli_spec *spec, int argc, char **argv, cli_ctx *ctx, cli_opt
         return cli_usage_error(spec, "unknown option '-%c'", optopt);
       return cli_usage_error(spec, "unknown option '%s'", argv[optind - 1]);
     default:
-      if (!fn || fn(c, optarg, user) != 0)
-        return cli_usage_error(spec, "bad value for option '%s'", argv[optind - 1]);
+      g_opt_error[0] = 0;
+      if (!fn || fn(c, optarg, user) != 0) {
+        /* One line: the handler's reason, or the option and its value. */
+        if (g_opt_error[0]) return cli_usage_error(spec, "%s", g_opt_error);
+        char name[64];
+        option_name(spec, c, name);
+        if (!optarg) return cli_usage_error(spec, "bad option %s", name);
+        return cli_usage_error(spec, "bad value '%s' for %s", optarg, name);
+      }
       break;
     }
   }
@@ -167,6 +195,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *cmd = argv[1];
+  if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V") || !strcmp(cmd, "version")) {
+    printf("ezmsg %s (ezmsg-c; speaks ezmsg %s, and %s of the profiling branch)\n", ez_version(),
+           EZ_VERSION, EZ_VERSION_PROFILING);
+    return fflush(stdout) == 0 ? 0 : 1;
+  }
   if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
     main_usage(stdout);
     return 0;
@@ -178,7 +211,14 @@ int main(int argc, char **argv) {
       return rc;
     }
   }
-  fprintf(stderr, "ezmsg: unknown command '%s'\n\n", cmd);
+  const char *names[N_COMMANDS + 1];
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    names[i] = cli_commands[i].name;
+  const char *near = cli_closest(cmd, names, N_COMMANDS);
+  if (near)
+    fprintf(stderr, "ezmsg: unknown command '%s' (did you mean '%s'?)\n\n", cmd, near);
+  else
+    fprintf(stderr, "ezmsg: unknown command '%s'\n\n", cmd);
   main_usage(stderr);
   return 2;
 }
