@@ -91,6 +91,7 @@ static int deliver_tcp(chan *c, uint64_t msg_id, uint64_t size, uint8_t *owned, 
   c->mode = "tcp";
   int took = ezi_chan_deliver(c, msg_id, &um, owned, cap, NULL, now);
   pthread_mutex_unlock(&c->mu);
+  ezi_chan_release_drops(c);
   if (took < 0) return EZ_EPROTO;
   if (!took) ezi_chan_ack(c, msg_id);
   return 0;
@@ -183,6 +184,7 @@ static long data_frame(chan *c, uint64_t now) {
     if (rc || c->attaching) return rc;
     ezi_lchan_ring_seg(c, msg_id);
     ezi_lchan_pull(c, NULL, true);
+    ezi_lchan_trim_members(c); /* leaky subscribers' oldest go at once */
     return ezi_ring_chan_bad(c) ? EZ_EPROTO : (long)f.used;
   }
   if (c->tcp_ring) { /* an ezmsg-c publisher's window: the I/O thread puts into the ring */
@@ -210,6 +212,7 @@ static long data_frame(chan *c, uint64_t now) {
   c->mode = "shm";
   int took = ezi_chan_deliver(c, msg_id, &um, NULL, 0, seg, now);
   pthread_mutex_unlock(&c->mu);
+  ezi_chan_release_drops(c);
   if (took < 0) return EZ_EPROTO;
   if (!took) ezi_chan_ack(c, msg_id);
   return (long)f.used;

@@ -4,6 +4,7 @@
  * it. The I/O thread runs its links; user threads view and release messages. */
 #include "channel.h"
 #include "graphclient.h"
+#include "subscriber.h"
 #include "meta39.h"
 #include "rxbudget.h"
 
@@ -156,6 +157,29 @@ void ezi_chan_ack(chan *c, uint64_t msg_id) {
   ezi_outbox_put(c->ctx, &c->acks, b, 9);
 }
 
+/* A leaky subscriber's oldest notice, dropped to make room (c->mu held): released by
+ * ezi_chan_release_drops once the deliverer (the I/O thread) holds no channel lock. */
+static void drop_later(chan *c, const note *d) {
+  if (c->n_drops == c->cap_drops) {
+    size_t cap = c->cap_drops ? c->cap_drops * 2 : 8;
+    note *v = realloc(c->drops, cap * sizeof *v);
+    if (!v) { /* (rare) the message stays held until its subscriber is destroyed */
+      EZI_ERROR("channel %s: out of memory dropping a leaky subscriber's message", c->id);
+      return;
+    }
+    c->drops = v;
+    c->cap_drops = cap;
+  }
+  c->drops[c->n_drops++] = *d;
+}
+
+void ezi_chan_release_drops(chan *c) {
+  while (c->n_drops) { /* (I/O thread; c->mu not held) */
+    note d = c->drops[--c->n_drops];
+    ezi_chan_release(d.cs, d.msg_id);
+  }
+}
+
 int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
                      size_t owned_cap, ezi_seg *seg, uint64_t now) {
   slot *s = &c->slots[msg_id % c->nslot];
@@ -192,7 +216,10 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
   for (size_t i = 0; i < c->n_subs; i++) {
     chan_sub *cs = c->subs[i];
     if (cs->gone) continue;
-    if (!ezi_sub_push(cs->sub, cs, msg_id, c->remote)) continue; /* it does not hold it */
+    note dropped;
+    bool queued = ezi_sub_push(cs->sub, cs, msg_id, c->remote, &dropped);
+    if (dropped.cs) drop_later(c, &dropped);
+    if (!queued) continue; /* it does not hold it */
     cs->t0[msg_id % c->nslot] = t0;
     cs->in_flight++;
     s->refs++;
@@ -295,6 +322,13 @@ json_t *ezi_chan_profile(chan *c, double window_s) {
     json_t *sj = c->ls ? ezi_lchan_sub_json(cs, now, window_s, &n)
                        : ezi_sub_tel_json(cs->proc, ez_sub_id(cs->sub), ezi_sub_handle(cs->sub),
                                           cs->in_flight, now, window_s);
+    ez_sub *sub = cs->sub;
+    if (sj && sub->max_queue) { /* a leaky subscriber: what it dropped (in all, all channels) */
+      json_object_set_new(sj, "max_queue", json_integer(sub->max_queue));
+      json_object_set_new(
+          sj, "dropped",
+          json_integer((json_int_t)__atomic_load_n(&sub->dropped, __ATOMIC_RELAXED)));
+    }
     json_array_append_new(subs, sj);
     in_flight += n;
   }
@@ -459,6 +493,7 @@ static void chan_destroy(chan *c) {
   free(c->kept_hot[1]);
   ezi_seg_chain_free(c->kept_retired);
   free(c->slots);
+  free(c->drops);
   free(c->ls);
   free(c->lsubs);
   free(c->subs);

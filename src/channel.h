@@ -119,6 +119,7 @@ struct chan {
   uint32_t lsn;     /* its entries: nbuf, or a TCP window's size */
   chan_sub **lsubs; /* the members each new message counts (pub->mu) */
   size_t n_lsubs;   /* (pub->mu) */
+  uint32_t n_leaky; /* atomic, changed with lsubs: members whose subscriber is leaky */
   ezi_seg *kept_seg;    /* a gone publisher's segments, which messages still queued live in */
   uint8_t *kept_hot[2]; /* ... and its hot buffers (pubhot.c) */
   ezi_seg_chain *kept_retired;
@@ -183,6 +184,9 @@ struct chan {
   /* A segment being attached (segattach.c): reading from the publisher pauses meanwhile. */
   ezi_attach *attaching;
   char attach_name[EZI_SHM_NAME_MAX + 1];
+  /* notices leaky subscribers dropped, to release after the delivery (I/O thread) */
+  note *drops;
+  size_t n_drops, cap_drops;
   /* graph link (I/O thread) */
   ezi_watch gw;
   ezi_buf gin;
@@ -219,6 +223,9 @@ void ezi_chan_buf_free(chan *c, uint8_t *p, size_t cap);
  * broke backpressure: a protocol error). */
 int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
                      size_t owned_cap, ezi_seg *seg, uint64_t now);
+/* Releases the notices leaky subscribers dropped during ezi_chan_deliver (I/O thread, c->mu not
+ * held: call it after unlocking). */
+void ezi_chan_release_drops(chan *c);
 /* tcpring.c: an ezmsg-c publisher's X_WIN: from message start_id on, up to msgs TX_TCP messages
  * may be unacknowledged, holding at most bytes beyond the first nbuf. The channel holds nothing
  * at this point (the publisher waited) and becomes a TCP ring. EZ_EPROTO if the window breaks the
@@ -272,6 +279,15 @@ void ezi_chan_sub_free(chan_sub *cs);
  * message on (pub->mu held, or the publisher gone; I/O thread). ezi_lchan_attach: the same for
  * every subscriber of c, which starts with message next_id (pub->mu held). EZ_ENOMEM. */
 int ezi_lchan_add(chan *c, chan_sub *cs);
+/* Leaky members (ez_sub_opts.leaky): ezi_lchan_trim drops what cs has waiting beyond its
+ * subscriber's max_queue, oldest first, at most EZI_LDROPS_MAX (cs's subscriber's lock held;
+ * `publisher`: by the local publisher, holding its own lock, which needs no wake-up); the drops'
+ * segment references and wake-ups wait in *d for ezi_lchan_trim_done, called with no lock held.
+ * ezi_lchan_trim_members trims every leaky member of c (the I/O thread, after it published for
+ * them; no lock held). */
+void ezi_lchan_trim(chan_sub *cs, bool publisher, ezi_ldrops *d);
+void ezi_lchan_trim_done(ezi_ldrops *d);
+void ezi_lchan_trim_members(chan *c);
 /* ezi_lchan_add for a channel already attached (takes pub->mu). I/O thread. */
 int ezi_lchan_join(chan *c, chan_sub *cs);
 int ezi_lchan_attach(chan *c, uint64_t next_id);

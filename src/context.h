@@ -26,6 +26,19 @@
 
 typedef struct chan chan;
 typedef struct chan_sub chan_sub;
+typedef struct note note; /* a queued notice (subscriber.h) */
+/* Messages a leaky subscriber dropped from a ring (localchan.c), to finish without locks. */
+#define EZI_LDROPS_MAX 16
+typedef struct ezi_ldrop {
+  chan_sub *cs;
+  uint64_t msg_id;
+  struct ezi_seg *seg;
+  bool wake;
+} ezi_ldrop;
+typedef struct ezi_ldrops {
+  size_t n;
+  ezi_ldrop v[EZI_LDROPS_MAX];
+} ezi_ldrops;
 typedef struct pub_chan pub_chan;
 
 /* ---- segments: a mapped ezmsg shared-memory layout (or private memory in the same layout) --- */
@@ -274,8 +287,10 @@ json_t *ezi_chan_profile(chan *c, double window_s);
 /* ---- subscriber (subscriber.c) ------------------------------------------------------------- */
 /* Queues a notice for sub (called with chan->mu held). With defer_wake, a sleeping receiver is
  * signalled only by the next ezi_sub_wake (the I/O thread queues a whole read's batch first).
- * Returns false if it could not be queued (out of memory). */
-bool ezi_sub_push(ez_sub *sub, chan_sub *cs, uint64_t msg_id, bool defer_wake);
+ * Returns false if it could not be queued (out of memory). A leaky subscriber whose queue is full
+ * drops its oldest notice to make room: it goes to *dropped (its cs NULL if none), for the
+ * caller to release once it holds no channel lock. */
+bool ezi_sub_push(ez_sub *sub, chan_sub *cs, uint64_t msg_id, bool defer_wake, note *dropped);
 /* Signals the receiver if a deferred push left it asleep. Any thread. */
 void ezi_sub_wake(ez_sub *sub);
 /* Drops every queued notice of cs, then (unlocked) passes their msg ids to fn, in order. */

@@ -74,6 +74,10 @@ int ezi_lchan_add(chan *c, chan_sub *cs) {
   pthread_mutex_unlock(&s->mu);
   if (!w) return EZ_ENOMEM;
   c->lsubs[c->n_lsubs++] = cs;
+  if (s->max_queue) {
+    __atomic_store_n(&c->n_leaky, c->n_leaky + 1, __ATOMIC_RELAXED);
+    if (c->ring_on) __atomic_store_n(&c->ring.h->rx_sleep, 1, SEQ); /* ezi_lchan_trim_members */
+  }
   return 0;
 }
 
@@ -124,6 +128,16 @@ bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, ui
   bool any = ezi_lchan_fill(c, msg_id, data, len, now, seg);
   size_t n = c->n_lsubs;
   __atomic_store_n(&c->published, msg_id + 1, SEQ);
+  if (EZI_UNLIKELY(c->n_leaky) && !c->ring_on) /* the local publisher (pub->mu held) */
+    for (size_t i = 0; i < n; i++) {
+      ez_sub *s = c->lsubs[i]->sub;
+      if (!s->max_queue) continue;
+      ezi_ldrops d = {0};
+      pthread_mutex_lock(&s->mu); /* (lock order: the publisher's, then a subscriber's) */
+      ezi_lchan_trim(c->lsubs[i], true, &d);
+      pthread_mutex_unlock(&s->mu);
+      ezi_lchan_trim_done(&d);
+    }
   bool delegate = false;
   for (size_t i = 0; i < n; i++) {
     ez_sub *s = c->lsubs[i]->sub;
@@ -217,9 +231,10 @@ static chan_sub *next_member(ez_sub *s) {
   return NULL;
 }
 
-bool ezi_lchan_take(ez_sub *s, ez_msg *m) {
+bool ezi_lchan_take(ez_sub *s, ez_msg *m, ezi_ldrops *d) {
   chan_sub *cs = next_member(s);
   if (cs) {
+    if (EZI_UNLIKELY(s->max_queue)) ezi_lchan_trim(cs, false, d); /* (leaves max_queue) */
     chan *c = cs->ch;
     uint64_t id = cs->next++;
     uint32_t idx = (uint32_t)(id % c->lsn);
@@ -312,6 +327,66 @@ static void maybe_free(chan_sub *cs, bool free_it) {
   ezi_chan_unref(c);
 }
 
+/* ---- leaky members (ez_sub_opts.leaky) ----------------------------------------------------- */
+
+void ezi_lchan_trim(chan_sub *cs, bool publisher, ezi_ldrops *d) {
+  ez_sub *s = cs->sub;
+  if (!s->max_queue || cs->gone || cs->cut) return;
+  cs->seen = 0; /* (avail_end's cache is a lower bound: the count must be what is published) */
+  uint64_t end = avail_end(cs), now = 0;
+  while (end - cs->next > s->max_queue && d->n < EZI_LDROPS_MAX) {
+    chan *c = cs->ch;
+    uint64_t id = cs->next++, msg_id;
+    if (!now) now = ezi_tel_now();
+    ezi_seg *seg;
+    bool wake = slot_drop(c, (uint32_t)(id % c->lsn), now, cs->next < end, &msg_id, &seg);
+    /* The local publisher trims for itself (it holds its lock): nobody to wake. A wake-up to
+     * come keeps cs (and its channel) alive until it is done, as a release's does. */
+    wake = wake && !(publisher && !c->ring_on && !c->tcp_ring);
+    if (wake) cs->held++;
+    d->v[d->n++] = (ezi_ldrop){cs, msg_id, seg, wake};
+    __atomic_store_n(&s->dropped, s->dropped + 1, __ATOMIC_RELAXED);
+  }
+}
+
+void ezi_lchan_trim_done(ezi_ldrops *d) {
+  for (size_t i = 0; i < d->n; i++) {
+    ezi_ldrop *x = &d->v[i];
+    ezi_seg_unref(x->seg);
+    if (!x->wake) continue;
+    slot_wake(x->cs->ch, x->msg_id);
+    ez_sub *s = x->cs->sub;
+    pthread_mutex_lock(&s->mu);
+    x->cs->held--;
+    bool free_it = done_with(s, x->cs);
+    pthread_mutex_unlock(&s->mu);
+    maybe_free(x->cs, free_it);
+  }
+  d->n = 0;
+}
+
+/* The leaky members of c: trimmed, each under its own subscriber's lock, by the I/O thread that
+ * just published for them (a TCP ring's read, a shared ring's pull; no lock held). A shared
+ * ring's publisher is asked to notify every message while there are any (rx_sleep), so that this
+ * thread pulls, and so trims, at once: a leaky subscriber busy elsewhere never pulls itself. */
+void ezi_lchan_trim_members(chan *c) {
+  if (!__atomic_load_n(&c->n_leaky, __ATOMIC_RELAXED)) return;
+  chan_sub *v[64];
+  size_t n = 0;
+  pthread_mutex_lock(&c->pull_mu);
+  for (size_t i = 0; i < c->n_lsubs && n < 64; i++)
+    if (c->lsubs[i]->sub->max_queue) v[n++] = c->lsubs[i];
+  if (c->ring_on && n) __atomic_store_n(&c->ring.h->rx_sleep, 1, SEQ);
+  pthread_mutex_unlock(&c->pull_mu);
+  for (size_t i = 0; i < n; i++) { /* (members join and leave on this thread only) */
+    ezi_ldrops d = {0};
+    pthread_mutex_lock(&v[i]->sub->mu);
+    ezi_lchan_trim(v[i], false, &d);
+    pthread_mutex_unlock(&v[i]->sub->mu);
+    ezi_lchan_trim_done(&d);
+  }
+}
+
 void ezi_lchan_release(chan_sub *cs, uint64_t msg_id) {
   chan *c = cs->ch;
   ez_sub *s = cs->sub;
@@ -356,7 +431,11 @@ void ezi_lchan_leave(chan_sub *cs, bool release_viewed) {
   pthread_mutex_t *mu = memb_mu(c);
   if (mu) pthread_mutex_lock(mu);
   for (size_t i = 0; i < c->n_lsubs; i++)
-    if (c->lsubs[i] == cs) c->lsubs[i] = c->lsubs[--c->n_lsubs];
+    if (c->lsubs[i] == cs) {
+      c->lsubs[i] = c->lsubs[--c->n_lsubs];
+      if (s->max_queue) __atomic_store_n(&c->n_leaky, c->n_leaky - 1, __ATOMIC_RELAXED);
+      break;
+    }
   uint64_t end = __atomic_load_n(&c->published, __ATOMIC_RELAXED);
   if (mu) pthread_mutex_unlock(mu);
   pthread_mutex_lock(&s->mu);

@@ -4,6 +4,7 @@
 #include "graphclient.h"
 #include "gsregistry.h"
 #include "subscriber.h"
+#include "channel.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -27,8 +28,15 @@ void ezi_sub_signal_ready(ez_sub *s) { /* s->mu held; the queue just became non-
   if (s->waiters) pthread_cond_signal(&s->cv);
 }
 
-bool ezi_sub_push(ez_sub *s, chan_sub *cs, uint64_t msg_id, bool defer_wake) {
+bool ezi_sub_push(ez_sub *s, chan_sub *cs, uint64_t msg_id, bool defer_wake, note *dropped) {
   pthread_mutex_lock(&s->mu);
+  dropped->cs = NULL;
+  if (s->max_queue && s->n >= s->max_queue) { /* leaky and full: the oldest goes */
+    *dropped = s->q[s->head];
+    s->head = (s->head + 1) % s->cap;
+    s->n--;
+    __atomic_store_n(&s->dropped, s->dropped + 1, __ATOMIC_RELAXED);
+  }
   if (s->n == s->cap) {
     size_t cap = s->cap ? s->cap * 2 : 64;
     note *q = malloc(cap * sizeof *q);
@@ -240,9 +248,12 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
     /* Alternate between the two sources while both have messages; a TCP ring's member that
      * left drains first (a later channel to its publisher queues later messages). */
     bool local = s->n_locals && (!s->n || ezi_lchan_draining(s) || (s->rr = !s->rr));
-    if (local && ezi_lchan_take(s, m)) { /* (it sets local_recent) */
+    ezi_ldrops drops;
+    drops.n = 0;
+    if (local && ezi_lchan_take(s, m, &drops)) { /* (it sets local_recent) */
       if (s->efd >= 0) maybe_empty(s);
       pthread_mutex_unlock(&s->mu);
+      if (EZI_UNLIKELY(drops.n)) ezi_lchan_trim_done(&drops); /* a leaky one's oldest */
       given(s, m);
       return 0;
     }
@@ -362,6 +373,7 @@ int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, e
   ezi_cond_init(&s->cv);
   s->topic = strdup(topic);
   s->handle = strdup(opts && opts->handle ? opts->handle : topic);
+  if (opts && opts->leaky) s->max_queue = opts->max_queue ? opts->max_queue : 1;
   if (!s->topic || !s->handle) {
     sub_free(s);
     return EZ_ENOMEM;

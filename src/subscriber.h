@@ -7,10 +7,10 @@
 #include "context.h"
 #include "trace.h"
 
-typedef struct note {
+struct note {
   chan_sub *cs;
   uint64_t msg_id;
-} note;
+};
 
 typedef struct link {
   char pub_id[37];
@@ -28,6 +28,8 @@ struct ez_sub {
   char id[37];
   char *topic, *handle;
   ezi_trace *trace; /* atomic: set once a tool traces it (trace.h), else NULL */
+  uint32_t max_queue; /* leaky: at most this many messages wait for it (0: not leaky) */
+  uint64_t dropped;   /* atomic, written under mu: messages a leaky subscriber dropped */
   /* graph link (I/O thread) */
   ezi_watch gw;
   ezi_buf gin;
@@ -69,7 +71,9 @@ void ezi_sub_signal_ready(ez_sub *s);
 bool ezi_lchan_ready(ez_sub *s);
 /* Asks the publishers of s's ring channels for a wake-up at their next message (s->mu held). */
 void ezi_lchan_arm(ez_sub *s);
-bool ezi_lchan_take(ez_sub *s, ez_msg *m);
+/* (With a leaky subscriber, what its member has waiting beyond max_queue is dropped first, the
+ * oldest: *d gets what ezi_lchan_trim_done must finish once s->mu is unlocked.) */
+bool ezi_lchan_take(ez_sub *s, ez_msg *m, ezi_ldrops *d);
 /* localchan.c (s->mu held): true if a member that left or was cut still has messages to take. */
 bool ezi_lchan_draining(ez_sub *s);
 /* localchan.c: ends the memberships s left that still drain what they had queued (a TCP ring's

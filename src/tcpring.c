@@ -315,6 +315,7 @@ void ezi_tcpring_read_done(chan *c) {
   __atomic_store_n(&c->published, c->wnext, SEQ); /* the read's messages, at once */
   ezi_lchan_signal_all(c);
   pthread_mutex_unlock(&c->pull_mu);
+  ezi_lchan_trim_members(c); /* leaky subscribers' oldest go at once */
   /* While the stream goes on, acks go in batches of a quarter of the window's messages, or of
    * 512 KiB (a 16th of its byte budget: large messages are acked one by one, which was faster
    * at 1 MiB than by the quarter): the publisher's window stays open, and an ack costs the

@@ -349,6 +349,12 @@ typedef struct ez_sub ez_sub;
 
 typedef struct ez_sub_opts {
   const char *handle; /* label in profiles (default: the topic) */
+  /* A leaky subscriber (3.9.0's `leaky` / `max_queue`): at most max_queue messages wait for it
+   * (default 1); when another arrives, the oldest waiting one is dropped and its buffer released
+   * at once, instead of holding its publisher back. Messages it has taken (ez_recv) are not
+   * counted and never dropped. Counted in the profile ("dropped"). */
+  bool leaky;
+  uint32_t max_queue;
 } ez_sub_opts;
 
 /* Creates a subscriber on `topic`; returns once it is connected to every current upstream

@@ -75,7 +75,15 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
 
 /* ---- pub ----------------------------------------------------------------------------------- */
 
-enum { OPT_FORCE_TCP = 2000, OPT_WAIT_SUBS, OPT_READY_FILE, OPT_HANDLE, OPT_HOST };
+enum {
+  OPT_FORCE_TCP = 2000,
+  OPT_WAIT_SUBS,
+  OPT_READY_FILE,
+  OPT_HANDLE,
+  OPT_HOST,
+  OPT_LEAKY,
+  OPT_HOLD
+};
 
 static const struct option pub_opts[] = {
     {"message", required_argument, NULL, 'm'},
@@ -301,6 +309,8 @@ static const struct option sub_opts[] = {
     {"count", required_argument, NULL, 'n'},
     {"handle", required_argument, NULL, OPT_HANDLE},
     {"ready-file", required_argument, NULL, OPT_READY_FILE},
+    {"leaky", required_argument, NULL, OPT_LEAKY},
+    {"hold", required_argument, NULL, OPT_HOLD},
     {0},
 };
 
@@ -322,11 +332,16 @@ static const cli_spec sub_spec = {
     .opts_help = "  -n, --count N      exit after N messages (default 0: never)\n"
                  "      --handle NAME  the subscriber's label in profiles (default: the topic)\n"
                  "      --ready-file PATH  create PATH once subscribed (every publisher already\n"
-                 "                     on the topic is connected by then)\n",
+                 "                     on the topic is connected by then)\n"
+                 "      --leaky N      a leaky subscriber: at most N messages wait for it; when\n"
+                 "                     another comes, the oldest waiting is dropped (its buffer\n"
+                 "                     freed at once) instead of holding the publisher back\n"
+                 "      --hold MS      hold each message MS milliseconds before releasing it (a\n"
+                 "                     slow stage, for trying backpressure and --leaky)\n",
 };
 
 typedef struct sub_args {
-  uint64_t count;
+  uint64_t count, leaky, hold_ms;
   const char *handle, *ready_file;
 } sub_args;
 
@@ -336,6 +351,8 @@ static int sub_opt(int opt, const char *arg, void *user) {
   case 'n': return parse_u64(arg, UINT64_MAX, &a->count);
   case OPT_HANDLE: a->handle = arg; return 0;
   case OPT_READY_FILE: a->ready_file = arg; return *arg ? 0 : -1;
+  case OPT_LEAKY: return parse_u64(arg, UINT32_MAX, &a->leaky) || !a->leaky ? -1 : 0;
+  case OPT_HOLD: return parse_u64(arg, 3600000, &a->hold_ms);
   default: return -1;
   }
 }
@@ -415,7 +432,7 @@ int cmd_sub(int argc, char **argv) {
   rc = ez_context_open(ctx.address, &ez);
   unblock_signals(&old);
   if (rc) return cli_fail(&ctx, rc, "opening a context");
-  ez_sub_opts so = {.handle = a.handle};
+  ez_sub_opts so = {.handle = a.handle, .leaky = a.leaky > 0, .max_queue = (uint32_t)a.leaky};
   ez_sub *sub = NULL;
   rc = ez_sub_create(ez, topic, &so, &sub);
   if (rc) {
@@ -450,6 +467,11 @@ int cmd_sub(int argc, char **argv) {
       break;
     }
     bool ok = print_message(m.data, m.len);
+    if (a.hold_ms) {
+      struct timespec ts = {(time_t)(a.hold_ms / 1000), (long)(a.hold_ms % 1000) * 1000000L};
+      while (nanosleep(&ts, &ts) && !g_stop) {
+      }
+    }
     ez_msg_release(&m);
     if (!ok) {                    /* stdout gone (e.g. a closed pipe): nothing more to say ... */
       exit_code = g_stop ? 0 : 1; /* ... or a stop signal interrupted a write to a full pipe */
