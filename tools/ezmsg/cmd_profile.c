@@ -28,36 +28,48 @@
 /* A row: the name, " " + six numbers (10, 9, 9, 9, 9, 8 wide), "  " + the last column. */
 _Static_assert(NAME_W + 6 + 10 + 4 * 9 + 8 + 2 + LAST_W <= TABLE_COLS, "rows must fit");
 
-enum { OPT_WINDOW = 'w', OPT_FORMAT = 'f', OPT_WATCH = 1100 };
+enum { OPT_WINDOW = 'w', OPT_FORMAT = 'f', OPT_WATCH = 1100, OPT_TRACE, OPT_COUNT };
 
 typedef struct profile_opts {
   double window_s;
   bool table;
   double watch_s; /* 0: print once */
+  bool trace;     /* --trace: the per-message samples instead */
+  uint64_t count; /* --trace: stop after this many samples (0: never) */
 } profile_opts;
 
 static const struct option profile_long[] = {
     {"window", required_argument, NULL, OPT_WINDOW},
     {"format", required_argument, NULL, OPT_FORMAT},
     {"watch", required_argument, NULL, OPT_WATCH},
+    {"trace", no_argument, NULL, OPT_TRACE},
+    {"count", required_argument, NULL, OPT_COUNT},
     {0},
 };
 
 static const cli_spec profile_spec = {
     .name = "profile",
-    .args = "",
+    .args = "[--trace [TOPIC...]]",
     .about = "Prints the graph's profile: every publisher's message and byte rates and\n"
              "backpressure (time from sending a message to its last release), and every\n"
              "channel's per-subscriber processing times and transport mode, over the last\n"
              "--window seconds. The graph server asks each publisher and channel and waits at\n"
-             "most 1 s for each. See docs/profiling.md for the fields.",
-    .max_args = 0,
+             "most 1 s for each. See docs/profiling.md for the fields.\n"
+             "With --trace, prints instead the per-message trace samples of the endpoints on\n"
+             "TOPIC... (default: all) as they come, one JSON document a line (time, endpoint,\n"
+             "topic, metric, value, seq, pid, dialect; {\"dropped\": n} when samples were lost),\n"
+             "until Ctrl-C or --count: publish_delta_ns and backpressure_wait_ns of publishers,\n"
+             "lease_time_ns of subscribers (3.9's metrics). The endpoints record them only\n"
+             "while this runs.",
+    .max_args = -1,
     .opts = profile_long,
     .opts_short = "w:f:",
     .opts_help = "  -w, --window S     profile the last S seconds (default 2.0; at most 10;\n"
                  "                     0 reports totals only)\n"
                  "  -f, --format F     json (default: the document, indented) or table\n"
-                 "      --watch S      redraw every S seconds until interrupted (Ctrl-C)\n",
+                 "      --watch S      redraw every S seconds until interrupted (Ctrl-C)\n"
+                 "      --trace        the trace samples of TOPIC... (see above)\n"
+                 "      --count N      with --trace: stop after N samples\n",
 };
 
 /* A number (as strtod reads it: out-of-range values become +-inf or 0), nothing after it; NaN
@@ -95,6 +107,18 @@ static int on_opt(int opt, const char *arg, void *user) {
     }
     po->watch_s = v;
     return 0;
+  case OPT_TRACE: po->trace = true; return 0;
+  case OPT_COUNT: {
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(arg, &end, 10);
+    if (errno || end == arg || *end || !n || arg[0] == '-') {
+      cli_opt_error("bad --count '%s' (a number of samples, at least 1)", arg);
+      return -1;
+    }
+    po->count = n;
+    return 0;
+  }
   default: return -1;
   }
 }
@@ -316,11 +340,72 @@ static int render(const cli_ctx *ctx, const profile_opts *po, char **out) {
   return rc;
 }
 
+/* ---- --trace ------------------------------------------------------------------------------ */
+
+static volatile int g_trace_stop;
+static void on_stop(int sig) {
+  (void)sig;
+  g_trace_stop = 1;
+}
+
+typedef struct trace_out {
+  uint64_t left; /* samples still to print (--count), or 0: no limit */
+  bool limited;
+} trace_out;
+
+/* One sample as a JSON line; nonzero to stop (--count reached, or stdout gone). */
+static int trace_line(void *user, const ez_trace_sample *x) {
+  trace_out *t = user;
+  time_t sec = (time_t)x->time;
+  struct tm tm;
+  gmtime_r(&sec, &tm);
+  char ts[48];
+  size_t n = strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(ts + n, sizeof ts - n, ".%06dZ", (int)((x->time - (double)sec) * 1e6));
+  json_t *j = x->dropped ? json_pack("{sssIss}", "time", ts, "dropped", (json_int_t)x->dropped,
+                                     "dialect", x->dialect)
+                         : json_pack("{sssssssssssfsIsIss}", "time", ts, "endpoint", x->endpoint_id,
+                                     "topic", x->topic, "metric", x->metric, "unit", "ns", "value",
+                                     x->value, "seq", (json_int_t)x->seq, "pid", (json_int_t)x->pid,
+                                     "dialect", x->dialect);
+  char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  json_decref(j);
+  int bad = !line || puts(line) == EOF || fflush(stdout) != 0;
+  free(line);
+  if (bad) return 1;
+  if (x->dropped || !t->limited) return 0;
+  return --t->left == 0;
+}
+
+static int trace(cli_ctx *ctx, const profile_opts *po) {
+  struct sigaction sa = {.sa_handler = on_stop};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  trace_out t = {.left = po->count, .limited = po->count > 0};
+  int rc = ez_trace(ctx->address, (const char *const *)ctx->argv, (size_t)ctx->argc, trace_line, &t,
+                    &g_trace_stop, -1);
+  if (rc == EZ_ENOTSUP) {
+    fprintf(stderr,
+            "ezmsg profile: the graph server at %s speaks an ezmsg without profiling "
+            "(3.7 or 3.8)\n",
+            ctx->shown);
+    return 1;
+  }
+  return rc ? cli_fail(ctx, rc, "trace") : 0;
+}
+
 int cmd_profile(int argc, char **argv) {
   profile_opts po = {.window_s = EZ_PROFILE_WINDOW_S};
   cli_ctx ctx;
   int rc = cli_parse(&profile_spec, argc, argv, &ctx, on_opt, &po);
   if (rc >= 0) return rc;
+  if (po.trace) return trace(&ctx, &po);
+  if (ctx.argc || po.count) {
+    fprintf(stderr, "ezmsg profile: %s go%s with --trace only\n", ctx.argc ? "topics" : "--count",
+            ctx.argc ? "" : "es");
+    return 2;
+  }
   char *text = NULL;
   if (po.watch_s <= 0) {
     rc = render(&ctx, &po, &text);
