@@ -100,6 +100,7 @@ static void parse_pub(parser *ps, const json_t *o, ez_profile_pub *p) {
   p->bytes_total = get_u64(b, "total");
   p->bytes_window = get_u64(b, "window");
   get_latency(json_object_get(o, "backpressure"), &p->backpressure);
+  p->dialect = get_str(ps, o, "dialect");
   const json_t *ls = json_object_get(o, "leases");
   if (!ls) return; /* absent: the reference's, or an older one of ours */
   size_t n;
@@ -134,6 +135,7 @@ static void parse_channel(parser *ps, const json_t *o, ez_profile_channel *c) {
   c->num_buffers = get_u64(o, "num_buffers");
   c->in_flight = get_u64(o, "in_flight");
   c->window_s = get_num(o, "window_s");
+  c->dialect = get_str(ps, o, "dialect");
 
   const json_t *subs = json_object_get(o, "subscribers");
   if (!subs) return; /* absent: none */
@@ -215,6 +217,7 @@ void ez_profile_data_free(ez_profile_data *p) {
       free(pub->leases[j].mode);
     }
     free(pub->leases);
+    free(pub->dialect);
   }
   free(p->publishers);
   for (size_t i = 0; i < p->n_channels; i++) {
@@ -229,6 +232,7 @@ void ez_profile_data_free(ez_profile_data *p) {
       free(c->subscribers[j].handle);
     }
     free(c->subscribers);
+    free(c->dialect);
   }
   free(p->channels);
   memset(p, 0, sizeof *p);

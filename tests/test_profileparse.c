@@ -298,6 +298,25 @@ static void test_leases(void **state) {
                    EZ_EPROTO);
 }
 
+/* Each entry says how it was answered; a 3.9 subscriber names no channel or publisher. */
+static void test_dialect(void **state) {
+  (void)state;
+  const char *doc =
+      "{\"publishers\": [{\"id\": \"p\", \"dialect\": \"profiling\"}, {\"id\": \"q\"}],"
+      " \"channels\": [{\"topic\": \"/t\", \"dialect\": \"released\","
+      " \"subscribers\": [{\"subscriber_id\": \"s\"}]}, {\"dialect\": 5}]}";
+  ez_profile_data d;
+  assert_int_equal(ez_profile_parse(doc, &d), 0);
+  assert_string_equal(d.publishers[0].dialect, "profiling");
+  assert_null(d.publishers[1].dialect); /* the seed's documents do not say */
+  assert_string_equal(d.channels[0].dialect, "released");
+  assert_null(d.channels[0].channel_id);
+  assert_null(d.channels[0].pub_id);
+  assert_string_equal(d.channels[0].subscribers[0].subscriber_id, "s");
+  assert_null(d.channels[1].dialect); /* not a string: absent */
+  ez_profile_data_free(&d);
+}
+
 static void test_bad_arguments(void **state) {
   (void)state;
   ez_profile_data d;
@@ -444,11 +463,17 @@ static void test_out_of_memory(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_reference_document), cmocka_unit_test(test_our_document),
-      cmocka_unit_test(test_empty_document),     cmocka_unit_test(test_wrong_types),
-      cmocka_unit_test(test_malformed),          cmocka_unit_test(test_bad_arguments),
-      cmocka_unit_test(test_data_free),          cmocka_unit_test(test_roundtrip_our_builders),
-      cmocka_unit_test(test_out_of_memory),      cmocka_unit_test(test_leases),
+      cmocka_unit_test(test_reference_document),
+      cmocka_unit_test(test_our_document),
+      cmocka_unit_test(test_empty_document),
+      cmocka_unit_test(test_wrong_types),
+      cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_bad_arguments),
+      cmocka_unit_test(test_data_free),
+      cmocka_unit_test(test_roundtrip_our_builders),
+      cmocka_unit_test(test_out_of_memory),
+      cmocka_unit_test(test_leases),
+      cmocka_unit_test(test_dialect),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -449,6 +449,8 @@ typedef struct ez_profile_pub {
   ez_latency backpressure;
   size_t n_leases; /* its channels (ours only): who holds backpressure.in_flight */
   ez_profile_lease *leases;
+  char *dialect; /* how it was answered: "profiling" (PROFILE), "released" (3.9 snapshots);
+                  * NULL if the document does not say (the seed's) */
 } ez_profile_pub;
 
 typedef struct ez_profile_subscriber {
@@ -464,6 +466,8 @@ typedef struct ez_profile_channel {
   double window_s;
   size_t n_subscribers;
   ez_profile_subscriber *subscribers;
+  char *dialect; /* as ez_profile_pub's. In "released" entries of Python 3.9 subscribers,
+                  * channel_id and pub_id are NULL: 3.9 does not report them */
 } ez_profile_channel;
 
 typedef struct ez_profile_data {
@@ -478,10 +482,11 @@ typedef struct ez_trace_sample {
   double time;             /* wall clock, seconds since 1970 (exact for a process on this host) */
   const char *endpoint_id; /* "topic:id" of the publisher or subscriber */
   const char *topic;
-  const char *metric; /* "publish_delta_ns", "backpressure_wait_ns", "lease_time_ns", "user_span_ns" */
-  double value;       /* ns */
-  int64_t seq;        /* the message's number (-1: not given) */
-  int64_t pid;        /* the endpoint's process */
+  /* "publish_delta_ns", "backpressure_wait_ns", "lease_time_ns" or "user_span_ns" */
+  const char *metric;
+  double value;        /* ns */
+  int64_t seq;         /* the message's number (-1: not given) */
+  int64_t pid;         /* the endpoint's process */
   const char *dialect; /* how it came: "profiling" (PROFILE polls) or "released" (3.9's stream) */
   uint64_t dropped;    /* nonzero: no sample, but this many were dropped (a reader too slow) */
 } ez_trace_sample;

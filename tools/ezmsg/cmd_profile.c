@@ -4,7 +4,8 @@
  * The table is built from ez_profile_parse's structs (no JSON library here): one row per
  * publisher (its topic, message rate, MB/s, backpressure avg/p99/max and channel count), then one
  * row per subscriber of every channel fed by that publisher (channels are matched to publishers by
- * pub_id). Channels whose publisher did not answer are listed at the end under their topic. Rows
+ * pub_id). Channels whose publisher did not answer, and 3.9 subscribers (which name no publisher),
+ * are listed at the end under their topic. Rows
  * are at most TABLE_COLS columns: long topics and handles are cut with "...", and labels are
  * sanitised so a topic cannot send control sequences to the terminal. */
 #include "cli.h"
@@ -292,7 +293,13 @@ static void print_table(const ez_profile_data *d, const char *addr, FILE *f) {
     if (shown[k]) continue;
     const ez_profile_channel *c = &d->channels[k];
     const double *v[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
-    row(f, c->topic ? c->topic : c->pub_id ? c->pub_id : "?", v, "pub silent");
+    /* No pub_id: a 3.9 subscriber (3.9 does not say which publisher feeds it); otherwise its
+     * publisher did not answer in time. */
+    row(f,
+        c->topic    ? c->topic
+        : c->pub_id ? c->pub_id
+                    : "?",
+        v, c->pub_id ? "pub silent" : "sub (3.9)");
     for (size_t m = k; m < d->n_channels; m++) {
       if (shown[m] || !same(d->channels[m].pub_id, c->pub_id)) continue;
       shown[m] = true;
