@@ -7,6 +7,7 @@
 #include "tracectl.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +17,8 @@
 #include <unistd.h>
 
 #define IN_MAX ((size_t)8 << 20) /* a route request's pickle, at most */
-#define PUSH_NS 20000000ull        /* as 3.9.0's EZMSG_PROFILE_TRACE_PUSH_INTERVAL_S */
-#define PUSH_MAX 5000              /* ... and EZMSG_PROFILE_TRACE_PUSH_MAX_SAMPLES */
+#define PUSH_NS 20000000ull      /* as 3.9.0's EZMSG_PROFILE_TRACE_PUSH_INTERVAL_S */
+#define PUSH_MAX 5000            /* ... and EZMSG_PROFILE_TRACE_PUSH_MAX_SAMPLES */
 
 enum { P_CONNECTING, P_GREETING, P_ID, P_REGISTERING, P_READY };
 
@@ -32,7 +33,36 @@ struct ezi_proc {
   char host[256];
   uint64_t last_snapshot_ns; /* of our last snapshot answer (0: none yet) */
   uint64_t push_timer;       /* pushing trace samples (0: not armed) */
+  unsigned slot;             /* its number among the process's links (slot_take) */
 };
+
+/* A unit is owned by one process link, and the process may have several contexts on a graph:
+ * each link takes the lowest free number, and names its unit by it (slot 0: "<host>/<pid>", then
+ * "<host>/<pid>/2", ...), so a context reopened gets its old name back. Past 64 at once, numbers
+ * are not reused. */
+static pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t slot_used;
+static unsigned slot_next = 64;
+
+static unsigned slot_take(void) {
+  pthread_mutex_lock(&slot_mu);
+  unsigned n = 0;
+  while (n < 64 && (slot_used >> n & 1))
+    n++;
+  if (n < 64)
+    slot_used |= 1ull << n;
+  else
+    n = slot_next++;
+  pthread_mutex_unlock(&slot_mu);
+  return n;
+}
+
+static void slot_give(unsigned n) {
+  if (n >= 64) return;
+  pthread_mutex_lock(&slot_mu);
+  slot_used &= ~(1ull << n);
+  pthread_mutex_unlock(&slot_mu);
+}
 
 static void push_arm(ezi_proc *p);
 static int trace_batch(ezi_proc *p, size_t max, uint8_t **out, size_t *len, size_t *taken);
@@ -267,9 +297,8 @@ static int answer(ezi_proc *p, const ezi_m39_control_request *req, uint8_t **out
   } else if (!strcmp(op, "SET_PROFILING_TRACE")) {
     ezi_pk_doc *d = NULL;
     ezi_m39_trace_control tc;
-    if (!req->payload.has ||
-        ezi_m39_load(&EZI_M39_PROFILING_TRACE_CONTROL, req->payload.p, req->payload.len, &d, &tc,
-                     NULL)) {
+    if (!req->payload.has || ezi_m39_load(&EZI_M39_PROFILING_TRACE_CONTROL, req->payload.p,
+                                          req->payload.len, &d, &tc, NULL)) {
       r.ok = false;
       r.error = "Invalid or missing profiling trace control payload";
       r.error_code = EZI_M39_ERR_INVALID_RESPONSE; /* (what 3.9.0's processes answer) */
@@ -450,7 +479,12 @@ int ezi_proc_start(ez_context *ctx) {
   p->ctx = ctx;
   p->w.fd = -1;
   if (gethostname(p->host, sizeof p->host - 1)) snprintf(p->host, sizeof p->host, "%s", ctx->host);
-  snprintf(p->unit, sizeof p->unit, EZI_PROC_UNIT_PREFIX "%s/%d", p->host, ctx->pid);
+  p->slot = slot_take();
+  if (p->slot == 0)
+    snprintf(p->unit, sizeof p->unit, EZI_PROC_UNIT_PREFIX "%s/%d", p->host, ctx->pid);
+  else
+    snprintf(p->unit, sizeof p->unit, EZI_PROC_UNIT_PREFIX "%s/%d/%u", p->host, ctx->pid,
+             p->slot + 1);
   char host[256];
   uint16_t port;
   bool done = false;
@@ -458,6 +492,7 @@ int ezi_proc_start(ez_context *ctx) {
                                                          : ezi_tcp_connect_start(host, port, &done);
   if (fd < 0) {
     EZI_INFO("process link: cannot connect to the graph server: %s", ez_strerror(fd));
+    slot_give(p->slot);
     free(p);
     return 0;
   }
@@ -465,6 +500,7 @@ int ezi_proc_start(ez_context *ctx) {
   ezi_outbox_init(&p->out, &p->w, EPOLLOUT | EPOLLIN | EPOLLRDHUP);
   if (ezi_loop_add(ctx->loop, &p->w, EPOLLOUT | EPOLLIN | EPOLLRDHUP)) {
     close(fd);
+    slot_give(p->slot);
     free(p);
     return 0;
   }
@@ -477,6 +513,7 @@ void ezi_proc_stop(ez_context *ctx) {
   if (!p) return;
   if (p->push_timer) ezi_loop_cancel(ctx->loop, p->push_timer);
   close_link(p);
+  slot_give(p->slot);
   free(p);
   ctx->proc = NULL;
 }

@@ -8,8 +8,9 @@
 
 #include <stdbool.h>
 
-/* The unit an ezmsg-c process owns: this prefix, then "<host>/<pid>". 3.9's tools reach a
- * process through the units it owns (profiling_snapshot_all asks each process's first unit). */
+/* The unit an ezmsg-c process owns: this prefix, then "<host>/<pid>" (its second context on the
+ * graph "<host>/<pid>/2", and so on). 3.9's tools reach a process through the units it owns
+ * (profiling_snapshot_all asks each process's first unit). */
 #define EZI_PROC_UNIT_PREFIX "ezmsg-c/"
 /* The attribute our processes' ProcessProfilingSnapshots carry beyond 3.9.0's fields: the seed
  * schema's profile of the process (publishers and channels), as JSON text; 3.9's unpickling keeps

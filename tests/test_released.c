@@ -3,6 +3,7 @@
  * connections (units, routed requests and their bounds, settings, traces), the event streams, and
  * bad input in each. Payloads are built and read with meta39 (src/meta39.h), and checked against
  * pickles Python 3.9.0 made (tests/corpus/meta39/). docs/protocol39.md describes the bytes. */
+#include "fake39.h"
 #include "harness.h"
 #include "meta39.h"
 #include "rawproto.h"
@@ -17,104 +18,6 @@
 
 #define TMO 5000
 
-/* ---- fake 3.9 clients ----------------------------------------------------------------------- */
-
-/* A connection greeted by the server, which must greet as 3.9.0. */
-static int open39(void) {
-  int fd = rp_open(th_addr);
-  rp_expect_str(fd, EZ_VERSION);
-  return fd;
-}
-
-/* SESSION (21 alone) -> the session id and COMPLETE. */
-static int session(char id[64]) {
-  int fd = open39();
-  rp_wr_u8(fd, EZI_SESSION);
-  rp_rd_str(fd, id, 64);
-  assert_true(rp_is_uuid(id));
-  rp_expect_u8(fd, EZI_COMPLETE);
-  return fd;
-}
-
-static void wr_payload(int fd, uint8_t cmd, const uint8_t *p, size_t n) {
-  rp_wr_u8(fd, cmd);
-  rp_wr_u64(fd, n);
-  if (n) rp_wr(fd, p, n);
-}
-
-/* Reads `u64 n, n bytes` (malloc'd; *n set). */
-static uint8_t *rd_pickle(int fd, size_t *n) {
-  uint64_t len = rp_rd_u64(fd);
-  assert_true(len < (64u << 20));
-  uint8_t *b = malloc(len ? len : 1);
-  assert_non_null(b);
-  assert_int_equal(rp_rd_exact(fd, b, (size_t)len, RP_TMO), 0);
-  *n = (size_t)len;
-  return b;
-}
-
-/* A session request answered `u64 n, pickle, COMPLETE`: the pickle, parsed as class c into out
- * (the document, which owns what out points to, into *doc). */
-static void rd_answer(int fd, const ezi_m39_class *c, ezi_pk_doc **doc, void *out) {
-  size_t n;
-  uint8_t *b = rd_pickle(fd, &n);
-  rp_expect_u8(fd, EZI_COMPLETE);
-  ezi_pk_err err;
-  int rc = ezi_m39_load(c, b, n, doc, out, &err);
-  if (rc) fail_msg("%s: %s", c->name, err.msg);
-  free(b);
-}
-
-/* SESSION_CONNECT / SESSION_DISCONNECT; returns the answer byte. */
-static uint8_t sess_edge(int fd, uint8_t cmd, const char *from, const char *to) {
-  rp_wr_cmd(fd, cmd, from, to);
-  return rp_rd_u8(fd);
-}
-
-static void snapshot(int fd, ezi_pk_doc **doc, ezi_m39_graph_snapshot *gs) {
-  rp_wr_u8(fd, EZI_SESSION_SNAPSHOT);
-  rd_answer(fd, &EZI_M39_GRAPH_SNAPSHOT, doc, gs);
-}
-
-/* The owners a snapshot lists for from -> to (NULL: no such edge). */
-static const ezi_m39_strs *owners_of(const ezi_m39_graph_snapshot *gs, const char *from,
-                                     const char *to) {
-  for (size_t i = 0; i < gs->n_edge_owners; i++)
-    if (!strcmp(gs->edge_owner_keys[i].from_topic, from) &&
-        !strcmp(gs->edge_owner_keys[i].to_topic, to))
-      return &gs->edge_owners[i];
-  return NULL;
-}
-
-/* PROCESS -> its id; then PROCESS_REGISTER of units (answered COMPLETE, or `want`). */
-static int process(char id[64], const char *const *units, size_t n, uint8_t want) {
-  int fd = open39();
-  rp_wr_u8(fd, EZI_PROCESS);
-  rp_rd_str(fd, id, 64);
-  assert_true(rp_is_uuid(id));
-  rp_expect_u8(fd, EZI_COMPLETE);
-  ezi_m39_process_registration reg = {
-      .pid = 4242, .host = "testhost", .units = {.has = true, .n = n, .v = (const char **)units}};
-  uint8_t *pk;
-  size_t len;
-  assert_int_equal(ezi_m39_dump(&EZI_M39_PROCESS_REGISTRATION, &reg, &pk, &len, NULL), 0);
-  wr_payload(fd, EZI_PROCESS_REGISTER, pk, len);
-  free(pk);
-  rp_expect_u8(fd, want);
-  return fd;
-}
-
-/* SESSION_PROCESS_REQUEST of unit/op with a timeout (seconds, as a string) and payload. */
-static void route(int fd, const char *unit, const char *op, const char *timeout, const void *pl,
-                  size_t n) {
-  rp_wr_u8(fd, EZI_SESSION_PROCESS_REQUEST);
-  rp_wr_str(fd, unit);
-  rp_wr_str(fd, op);
-  rp_wr_str(fd, timeout);
-  rp_wr_u64(fd, n);
-  if (n) rp_wr(fd, pl, n);
-}
-
 /* ---- sessions ------------------------------------------------------------------------------- */
 
 /* A session's edge is its own: another session's ownership keeps it, and it goes with its last
@@ -122,22 +25,22 @@ static void route(int fd, const char *unit, const char *op, const char *timeout,
 static void test_session_edges(void **state) {
   (void)state;
   char a[64], b[64];
-  int s1 = session(a), s2 = session(b);
-  assert_int_equal(sess_edge(s1, EZI_SESSION_CONNECT, "/a", "/b"), EZI_COMPLETE);
-  assert_int_equal(sess_edge(s2, EZI_SESSION_CONNECT, "/a", "/b"), EZI_COMPLETE);
-  assert_int_equal(sess_edge(s1, EZI_SESSION_CONNECT, "/b", "/a"), EZI_CYCLIC);
-  assert_int_equal(sess_edge(s1, EZI_SESSION_CONNECT, "/b", "/b"), EZI_CYCLIC);
+  int s1 = f39_session(a), s2 = f39_session(b);
+  assert_int_equal(f39_sess_edge(s1, EZI_SESSION_CONNECT, "/a", "/b"), EZI_COMPLETE);
+  assert_int_equal(f39_sess_edge(s2, EZI_SESSION_CONNECT, "/a", "/b"), EZI_COMPLETE);
+  assert_int_equal(f39_sess_edge(s1, EZI_SESSION_CONNECT, "/b", "/a"), EZI_CYCLIC);
+  assert_int_equal(f39_sess_edge(s1, EZI_SESSION_CONNECT, "/b", "/b"), EZI_CYCLIC);
   assert_int_equal(ez_graph_connect(th_addr, "/b", "/c", TMO), 0); /* persistent */
 
   ezi_pk_doc *d;
   ezi_m39_graph_snapshot gs;
-  snapshot(s1, &d, &gs);
-  const ezi_m39_strs *o = owners_of(&gs, "/a", "/b");
+  f39_snapshot(s1, &d, &gs);
+  const ezi_m39_strs *o = f39_owners_of(&gs, "/a", "/b");
   assert_non_null(o);
   assert_int_equal(o->n, 2);
   assert_true(strcmp(a, b) < 0 ? !strcmp(o->v[0], a) && !strcmp(o->v[1], b)
                                : !strcmp(o->v[0], b) && !strcmp(o->v[1], a));
-  o = owners_of(&gs, "/b", "/c");
+  o = f39_owners_of(&gs, "/b", "/c");
   assert_non_null(o);
   assert_int_equal(o->n, 1);
   assert_string_equal(o->v[0], "persistent");
@@ -158,11 +61,11 @@ static void test_session_edges(void **state) {
   assert_int_equal(g.n_nodes, 3);
   ez_graph_free(&g);
   /* SESSION_DISCONNECT removes only this session's ownership; the edge goes with it now. */
-  assert_int_equal(sess_edge(s2, EZI_SESSION_DISCONNECT, "/a", "/b"), EZI_COMPLETE);
+  assert_int_equal(f39_sess_edge(s2, EZI_SESSION_DISCONNECT, "/a", "/b"), EZI_COMPLETE);
   assert_int_equal(ez_graph_dag(th_addr, &g, TMO), 0);
   assert_int_equal(g.n_nodes, 2); /* /b -> /c, persistent */
   ez_graph_free(&g);
-  assert_int_equal(sess_edge(s2, EZI_SESSION_CONNECT, "/x", "/y"), EZI_COMPLETE);
+  assert_int_equal(f39_sess_edge(s2, EZI_SESSION_CONNECT, "/x", "/y"), EZI_COMPLETE);
   close(s2);
   for (int i = 0; i < 100; i++) { /* the session's close removes its edges */
     assert_int_equal(ez_graph_dag(th_addr, &g, TMO), 0);
@@ -186,8 +89,8 @@ static void test_session_edge_reaches_subscriber(void **state) {
   ez_pub *pub;
   assert_int_equal(ez_pub_create(ctx, "/up", NULL, &pub), 0);
   char id[64];
-  int s = session(id);
-  assert_int_equal(sess_edge(s, EZI_SESSION_CONNECT, "/up", "/down"), EZI_COMPLETE);
+  int s = f39_session(id);
+  assert_int_equal(f39_sess_edge(s, EZI_SESSION_CONNECT, "/up", "/down"), EZI_COMPLETE);
   assert_int_equal(ez_publish(pub, "hi", 2, TMO), 0); /* the subscriber has its channel now */
   ez_msg m;
   assert_int_equal(ez_recv(sub, &m, TMO), 0);
@@ -204,7 +107,7 @@ static void test_session_edge_reaches_subscriber(void **state) {
 /* A lone 21 is a SESSION; 21 and its u64 in two writes (Python's profile client) a PROFILE. */
 static void test_session_or_profile(void **state) {
   (void)state;
-  int fd = open39();
+  int fd = f39_open();
   rp_wr_u8(fd, EZI_PROFILE);
   th_sleep_ms(5);
   rp_wr_u64(fd, 500);
@@ -214,7 +117,7 @@ static void test_session_or_profile(void **state) {
   assert_non_null(strstr(json, "\"publishers\""));
   close(fd);
   char id[64];
-  close(session(id));
+  close(f39_session(id));
 }
 
 /* Metadata: registered (its components' initial settings become the settings, with events),
@@ -226,15 +129,15 @@ static void test_session_metadata_and_settings(void **state) {
   uint8_t *meta = tv_load("meta39", "graph_metadata.bin", &nmeta);
   assert_non_null(meta);
   char a[64], b[64];
-  int s1 = session(a), s2 = session(b);
-  wr_payload(s1, EZI_SESSION_REGISTER, meta, nmeta);
+  int s1 = f39_session(a), s2 = f39_session(b);
+  f39_wr_payload(s1, EZI_SESSION_REGISTER, meta, nmeta);
   rp_expect_u8(s1, EZI_COMPLETE);
-  wr_payload(s2, EZI_SESSION_REGISTER, meta, nmeta); /* the same component addresses */
+  f39_wr_payload(s2, EZI_SESSION_REGISTER, meta, nmeta); /* the same component addresses */
   rp_expect_u8(s2, EZI_ERROR);
 
   ezi_pk_doc *d;
   ezi_m39_graph_snapshot gs;
-  snapshot(s2, &d, &gs);
+  f39_snapshot(s2, &d, &gs);
   size_t with_meta = 0;
   for (size_t i = 0; i < gs.n_sessions; i++)
     if (gs.sessions[i].metadata) {
@@ -250,7 +153,7 @@ static void test_session_metadata_and_settings(void **state) {
   /* The settings snapshot: one value per component, the initial ones. */
   rp_wr_u8(s2, EZI_SESSION_SETTINGS_SNAPSHOT);
   size_t len;
-  uint8_t *pk = rd_pickle(s2, &len);
+  uint8_t *pk = f39_rd_pickle(s2, &len);
   rp_expect_u8(s2, EZI_COMPLETE);
   const ezi_pk *root;
   assert_int_equal(ezi_pk_load(pk, len, NULL, &d, &root, NULL), 0);
@@ -269,7 +172,7 @@ static void test_session_metadata_and_settings(void **state) {
   /* The settings events: an INITIAL_SETTINGS per component, from session a. */
   rp_wr_u8(s2, EZI_SESSION_SETTINGS_EVENTS);
   rp_wr_str(s2, "0");
-  pk = rd_pickle(s2, &len);
+  pk = f39_rd_pickle(s2, &len);
   rp_expect_u8(s2, EZI_COMPLETE);
   assert_int_equal(ezi_pk_load(pk, len, NULL, &d, &root, NULL), 0);
   ezi_m39_settings_event *ev;
@@ -287,11 +190,11 @@ static void test_session_metadata_and_settings(void **state) {
 
   close(s1); /* its metadata and settings go with it; s2 may register now */
   for (int i = 0; i < 100; i++) {
-    wr_payload(s2, EZI_SESSION_REGISTER, meta, nmeta);
+    f39_wr_payload(s2, EZI_SESSION_REGISTER, meta, nmeta);
     if (rp_rd_u8(s2) == EZI_COMPLETE) break;
     th_sleep_ms(20);
   }
-  snapshot(s2, &d, &gs);
+  f39_snapshot(s2, &d, &gs);
   assert_int_equal(gs.n_sessions, 1);
   assert_non_null(gs.sessions[0].metadata);
   ezi_pk_doc_free(d);
@@ -308,16 +211,16 @@ static void test_route_request(void **state) {
   (void)state;
   const char *units[] = {"SYS/UNIT_B", "SYS/UNIT_A"};
   char pid_[64], sid[64];
-  int p = process(pid_, units, 2, EZI_COMPLETE);
+  int p = f39_process(pid_, units, 2, EZI_COMPLETE);
   const char *clash[] = {"SYS/UNIT_A", "SYS/OTHER"};
   char pid2[64];
-  int p2 = process(pid2, clash, 2, EZI_ERROR);
-  int s = session(sid);
+  int p2 = f39_process(pid2, clash, 2, EZI_ERROR);
+  int s = f39_session(sid);
 
-  route(s, "SYS/UNIT_A", "PING", "2.0", "\x80\x04N.", 4);
+  f39_route(s, "SYS/UNIT_A", "PING", "2.0", "\x80\x04N.", 4);
   rp_expect_u8(p, EZI_PROCESS_ROUTE_REQUEST);
   size_t n;
-  uint8_t *b = rd_pickle(p, &n);
+  uint8_t *b = f39_rd_pickle(p, &n);
   ezi_pk_doc *d;
   ezi_m39_control_request req;
   assert_int_equal(ezi_m39_load(&EZI_M39_PROCESS_CONTROL_REQUEST, b, n, &d, &req, NULL), 0);
@@ -337,24 +240,24 @@ static void test_route_request(void **state) {
   size_t len;
   assert_int_equal(ezi_m39_dump(&EZI_M39_PROCESS_CONTROL_RESPONSE, &resp, &pk, &len, NULL), 0);
   ezi_pk_doc_free(d);
-  wr_payload(p, EZI_PROCESS_ROUTE_RESPONSE, pk, len);
-  b = rd_pickle(s, &n);
+  f39_wr_payload(p, EZI_PROCESS_ROUTE_RESPONSE, pk, len);
+  b = f39_rd_pickle(s, &n);
   rp_expect_u8(s, EZI_COMPLETE);
   assert_int_equal(n, len);
   assert_memory_equal(b, pk, n); /* forwarded as the process wrote it */
   free(b);
   free(pk);
 
-  route(s, "SYS/NOBODY", "PING", "2.0", NULL, 0);
+  f39_route(s, "SYS/NOBODY", "PING", "2.0", NULL, 0);
   ezi_m39_control_response r;
-  rd_answer(s, &EZI_M39_PROCESS_CONTROL_RESPONSE, &d, &r);
+  f39_rd_answer(s, &EZI_M39_PROCESS_CONTROL_RESPONSE, &d, &r);
   assert_false(r.ok);
   assert_int_equal(r.error_code, EZI_M39_ERR_UNROUTABLE_UNIT);
   ezi_pk_doc_free(d);
 
   /* The snapshot lists the process with its registration; the refused one without. */
   ezi_m39_graph_snapshot gs;
-  snapshot(s, &d, &gs);
+  f39_snapshot(s, &d, &gs);
   assert_int_equal(gs.n_processes, 2);
   for (size_t i = 0; i < gs.n_processes; i++) {
     const ezi_m39_snapshot_process *x = &gs.processes[i];
@@ -383,37 +286,37 @@ static void test_route_bounds(void **state) {
   (void)state;
   const char *u1[] = {"SYS/SILENT"}, *u2[] = {"SYS/LEAVER"}, *u3[] = {"SYS/OTHER"};
   char p1id[64], p2id[64], p3id[64], sid[64];
-  int p1 = process(p1id, u1, 1, EZI_COMPLETE);
-  int p2 = process(p2id, u2, 1, EZI_COMPLETE);
-  int p3 = process(p3id, u3, 1, EZI_COMPLETE);
-  int s = session(sid);
+  int p1 = f39_process(p1id, u1, 1, EZI_COMPLETE);
+  int p2 = f39_process(p2id, u2, 1, EZI_COMPLETE);
+  int p3 = f39_process(p3id, u3, 1, EZI_COMPLETE);
+  int s = f39_session(sid);
   ezi_pk_doc *d;
   ezi_m39_control_response r;
 
   int64_t t0 = th_now_ms();
-  route(s, "SYS/SILENT", "GET_PROFILING_SNAPSHOT", "0.3", NULL, 0);
-  rd_answer(s, &EZI_M39_PROCESS_CONTROL_RESPONSE, &d, &r);
+  f39_route(s, "SYS/SILENT", "GET_PROFILING_SNAPSHOT", "0.3", NULL, 0);
+  f39_rd_answer(s, &EZI_M39_PROCESS_CONTROL_RESPONSE, &d, &r);
   assert_int_equal(r.error_code, EZI_M39_ERR_TIMEOUT);
   assert_true(th_now_ms() - t0 >= 250);
   assert_string_equal(r.process_id.s, p1id);
   ezi_pk_doc_free(d);
   rp_expect_u8(p1, EZI_PROCESS_ROUTE_REQUEST); /* it did get the request */
-  free(rd_pickle(p1, &(size_t){0}));
+  free(f39_rd_pickle(p1, &(size_t){0}));
 
-  route(s, "SYS/LEAVER", "PING", "30", NULL, 0);
+  f39_route(s, "SYS/LEAVER", "PING", "30", NULL, 0);
   rp_expect_u8(p2, EZI_PROCESS_ROUTE_REQUEST);
   size_t n;
-  uint8_t *b = rd_pickle(p2, &n);
+  uint8_t *b = f39_rd_pickle(p2, &n);
   close(p2);
-  rd_answer(s, &EZI_M39_PROCESS_CONTROL_RESPONSE, &d, &r);
+  f39_rd_answer(s, &EZI_M39_PROCESS_CONTROL_RESPONSE, &d, &r);
   assert_int_equal(r.error_code, EZI_M39_ERR_PROCESS_DISCONNECTED);
   ezi_pk_doc_free(d);
 
   /* p3 answers the request that went to p1. */
-  route(s, "SYS/SILENT", "PING", "30", NULL, 0);
+  f39_route(s, "SYS/SILENT", "PING", "30", NULL, 0);
   rp_expect_u8(p1, EZI_PROCESS_ROUTE_REQUEST);
   free(b);
-  b = rd_pickle(p1, &n);
+  b = f39_rd_pickle(p1, &n);
   ezi_m39_control_request req;
   assert_int_equal(ezi_m39_load(&EZI_M39_PROCESS_CONTROL_REQUEST, b, n, &d, &req, NULL), 0);
   ezi_m39_control_response wrong = {
@@ -422,9 +325,9 @@ static void test_route_bounds(void **state) {
   size_t len;
   assert_int_equal(ezi_m39_dump(&EZI_M39_PROCESS_CONTROL_RESPONSE, &wrong, &pk, &len, NULL), 0);
   ezi_pk_doc_free(d);
-  wr_payload(p3, EZI_PROCESS_ROUTE_RESPONSE, pk, len);
+  f39_wr_payload(p3, EZI_PROCESS_ROUTE_RESPONSE, pk, len);
   free(pk);
-  rd_answer(s, &EZI_M39_PROCESS_CONTROL_RESPONSE, &d, &r);
+  f39_rd_answer(s, &EZI_M39_PROCESS_CONTROL_RESPONSE, &d, &r);
   assert_int_equal(r.error_code, EZI_M39_ERR_INVALID_RESPONSE);
   ezi_pk_doc_free(d);
   free(b);
@@ -436,7 +339,7 @@ static void test_route_bounds(void **state) {
 /* ---- streams -------------------------------------------------------------------------------- */
 
 static int stream(uint8_t cmd, const char *after) {
-  int fd = open39();
+  int fd = f39_open();
   rp_wr_u8(fd, cmd);
   rp_wr_str(fd, after);
   char id[64];
@@ -452,10 +355,10 @@ static void test_topology_stream(void **state) {
   (void)state;
   int t = stream(EZI_SESSION_TOPOLOGY_SUBSCRIBE, "0");
   char sid[64], pid_[64];
-  int s = session(sid);
-  assert_int_equal(sess_edge(s, EZI_SESSION_CONNECT, "/t1", "/t2"), EZI_COMPLETE);
+  int s = f39_session(sid);
+  assert_int_equal(f39_sess_edge(s, EZI_SESSION_CONNECT, "/t1", "/t2"), EZI_COMPLETE);
   size_t n;
-  uint8_t *b = rd_pickle(t, &n);
+  uint8_t *b = f39_rd_pickle(t, &n);
   ezi_pk_doc *d;
   ezi_m39_topology_event ev;
   assert_int_equal(ezi_m39_load(&EZI_M39_TOPOLOGY_CHANGED_EVENT, b, n, &d, &ev, NULL), 0);
@@ -467,8 +370,8 @@ static void test_topology_stream(void **state) {
   ezi_pk_doc_free(d);
   free(b);
   const char *units[] = {"SYS/T"};
-  int p = process(pid_, units, 1, EZI_COMPLETE);
-  b = rd_pickle(t, &n);
+  int p = f39_process(pid_, units, 1, EZI_COMPLETE);
+  b = f39_rd_pickle(t, &n);
   assert_int_equal(ezi_m39_load(&EZI_M39_TOPOLOGY_CHANGED_EVENT, b, n, &d, &ev, NULL), 0);
   assert_int_equal(ev.event_type, EZI_M39_PROCESS_CHANGED);
   assert_string_equal(ev.source_process_id.s, pid_);
@@ -478,7 +381,7 @@ static void test_topology_stream(void **state) {
   char after[32];
   snprintf(after, sizeof after, "%lld", (long long)first);
   int t2 = stream(EZI_SESSION_TOPOLOGY_SUBSCRIBE, after); /* only the process event */
-  b = rd_pickle(t2, &n);
+  b = f39_rd_pickle(t2, &n);
   assert_int_equal(ezi_m39_load(&EZI_M39_TOPOLOGY_CHANGED_EVENT, b, n, &d, &ev, NULL), 0);
   assert_int_equal(ev.seq, first + 1);
   ezi_pk_doc_free(d);
@@ -511,19 +414,19 @@ static void test_profiling_stream(void **state) {
   uint8_t *pk;
   size_t len;
   assert_int_equal(ezi_m39_dump(&EZI_M39_PROFILING_STREAM_CONTROL, &ctl, &pk, &len, NULL), 0);
-  int st = open39();
-  wr_payload(st, EZI_SESSION_PROFILING_SUBSCRIBE, pk, len);
+  int st = f39_open();
+  f39_wr_payload(st, EZI_SESSION_PROFILING_SUBSCRIBE, pk, len);
   free(pk);
   char id[64];
   rp_rd_str(st, id, sizeof id);
   rp_expect_u8(st, EZI_COMPLETE);
   const char *units[] = {"SYS/TRACER"};
   char pid_[64];
-  int p = process(pid_, units, 1, EZI_COMPLETE);
-  wr_payload(p, EZI_PROCESS_PROFILING_TRACE_UPDATE, batch, n);
+  int p = f39_process(pid_, units, 1, EZI_COMPLETE);
+  f39_wr_payload(p, EZI_PROCESS_PROFILING_TRACE_UPDATE, batch, n);
   size_t got = 0;
   while (got < want) {
-    uint8_t *b = rd_pickle(st, &len);
+    uint8_t *b = f39_rd_pickle(st, &len);
     ezi_m39_trace_stream_batch sb;
     assert_int_equal(ezi_m39_load(&EZI_M39_PROFILING_TRACE_STREAM_BATCH, b, len, &d, &sb, NULL), 0);
     assert_int_equal(sb.n_batches, 1);
@@ -548,47 +451,47 @@ static void closed(int fd) {
   assert_true(rp_hung_up(fd, TMO));
   close(fd);
   char id[64];
-  close(session(id));
+  close(f39_session(id));
 }
 
 static void test_bad_session_input(void **state) {
   (void)state;
   char id[64];
-  int s = session(id);
-  wr_payload(s, EZI_SESSION_REGISTER, (const uint8_t *)"\x80\x04\x95garbage", 10);
+  int s = f39_session(id);
+  f39_wr_payload(s, EZI_SESSION_REGISTER, (const uint8_t *)"\x80\x04\x95garbage", 10);
   rp_expect_u8(s, EZI_ERROR);
   closed(s);
-  s = session(id); /* a pickle of another class */
+  s = f39_session(id); /* a pickle of another class */
   size_t n;
   uint8_t *ping = tv_load("meta39", "ping.bin", &n);
   assert_non_null(ping);
-  wr_payload(s, EZI_SESSION_REGISTER, ping, n);
+  f39_wr_payload(s, EZI_SESSION_REGISTER, ping, n);
   free(ping);
   rp_expect_u8(s, EZI_ERROR);
   closed(s);
-  s = session(id); /* lists nested past the decoder's depth: MARK x 2000, then LIST x 2000 */
+  s = f39_session(id); /* lists nested past the decoder's depth: MARK x 2000, then LIST x 2000 */
   uint8_t deep[2 + 4000 + 1];
   deep[0] = 0x80;
   deep[1] = 4;
   memset(deep + 2, '(', 2000);
   memset(deep + 2002, 'l', 2000);
   deep[4002] = '.';
-  wr_payload(s, EZI_SESSION_REGISTER, deep, sizeof deep);
+  f39_wr_payload(s, EZI_SESSION_REGISTER, deep, sizeof deep);
   rp_expect_u8(s, EZI_ERROR);
   closed(s);
-  s = session(id); /* a payload past its limit: refused before it arrives */
+  s = f39_session(id); /* a payload past its limit: refused before it arrives */
   rp_wr_u8(s, EZI_SESSION_REGISTER);
   rp_wr_u64(s, (uint64_t)1 << 40);
   closed(s);
-  s = session(id);
+  s = f39_session(id);
   rp_wr_u8(s, 0x7f); /* an unknown command */
   closed(s);
-  s = session(id);
+  s = f39_session(id);
   rp_wr_u8(s, EZI_SESSION_SETTINGS_EVENTS);
   rp_wr_str(s, "twelve");
   closed(s);
-  s = session(id);
-  route(s, "SYS/U", "PING", "soon", NULL, 0);
+  s = f39_session(id);
+  f39_route(s, "SYS/U", "PING", "soon", NULL, 0);
   closed(s);
 }
 
@@ -596,22 +499,22 @@ static void test_bad_process_input(void **state) {
   (void)state;
   const char *units[] = {"SYS/BAD"};
   char id[64];
-  int p = process(id, units, 1, EZI_COMPLETE);
+  int p = f39_process(id, units, 1, EZI_COMPLETE);
   size_t n;
   uint8_t *ping = tv_load("meta39", "ping.bin", &n);
   assert_non_null(ping);
-  wr_payload(p, EZI_PROCESS_UPDATE_OWNERSHIP, ping, n); /* not a ProcessOwnershipUpdate */
+  f39_wr_payload(p, EZI_PROCESS_UPDATE_OWNERSHIP, ping, n); /* not a ProcessOwnershipUpdate */
   rp_expect_u8(p, EZI_ERROR);
   closed(p);
-  p = process(id, units, 1, EZI_COMPLETE);                    /* the unit is free again */
-  wr_payload(p, EZI_PROCESS_PROFILING_TRACE_UPDATE, ping, n); /* no answer, closed */
+  p = f39_process(id, units, 1, EZI_COMPLETE);                    /* the unit is free again */
+  f39_wr_payload(p, EZI_PROCESS_PROFILING_TRACE_UPDATE, ping, n); /* no answer, closed */
   closed(p);
-  p = process(id, units, 1, EZI_COMPLETE);
-  wr_payload(p, EZI_PROCESS_ROUTE_RESPONSE, (const uint8_t *)"\x80\x04K\x01.", 5); /* an int */
+  p = f39_process(id, units, 1, EZI_COMPLETE);
+  f39_wr_payload(p, EZI_PROCESS_ROUTE_RESPONSE, (const uint8_t *)"\x80\x04K\x01.", 5); /* an int */
   closed(p);
   free(ping);
   /* A ProfilingStreamControl past its 64 KiB limit. */
-  int st = open39();
+  int st = f39_open();
   rp_wr_u8(st, EZI_SESSION_PROFILING_SUBSCRIBE);
   rp_wr_u64(st, 1 << 20);
   closed(st);
