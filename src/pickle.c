@@ -19,12 +19,15 @@ struct ezi_pk_doc {
   atomic_int refs;
   int proto;
   size_t bytes; /* allocated in chunks */
+  size_t next;  /* the size of the next chunk: CHUNK0, doubling up to CHUNK */
   chunk *chunks;
   ezi_pk_doc **kept;
   size_t n_kept, cap_kept;
 };
 
-enum { CHUNK = 32768 };
+/* A document's chunks start small and double: most documents (one event, one small message) fit
+ * in a few hundred bytes, and a server may hold thousands of them at once. */
+enum { CHUNK0 = 512, CHUNK = 32768 };
 
 ezi_pk_doc *ezi_pk_doc_new(void) {
   ezi_pk_doc *d = calloc(1, sizeof(*d));
@@ -75,13 +78,16 @@ void *ezi_pk_alloc(ezi_pk_doc *d, size_t n) {
   n = (n + 15) & ~(size_t)15;
   chunk *c = d->chunks;
   if (!c || c->cap - c->used < n) {
-    size_t cap = n > CHUNK / 4 ? n : CHUNK; /* a big block alone, small ones share chunks */
+    size_t size = d->next ? d->next : CHUNK0;
+    bool alone = n > size / 4; /* a big block alone, small ones share chunks */
+    size_t cap = alone ? n : size;
     chunk *nc = malloc(sizeof(*nc) + cap);
     if (!nc) return NULL;
     nc->cap = cap;
     nc->used = 0;
     d->bytes += cap;
-    if (cap == CHUNK || !c) { /* becomes the current chunk */
+    if (!alone && size < CHUNK) d->next = size * 2;
+    if (!alone || !c) { /* becomes the current chunk */
       nc->next = c;
       d->chunks = nc;
     } else { /* behind the current one, which keeps its free room */

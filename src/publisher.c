@@ -784,14 +784,14 @@ static void send_slot(ez_pub *p, size_t len, const uint8_t *local_data, const ui
 
 /* Whether p is traced now (one load of a field of p's while it is not). */
 static inline uint32_t traced(const ez_pub *p) {
-  ezi_trace *t = __atomic_load_n(&p->trace, __ATOMIC_RELAXED);
+  ezi_trace *t = __atomic_load_n(&p->trace, __ATOMIC_ACQUIRE); /* (a plain load on x86) */
   return EZI_UNLIKELY(t != NULL) ? __atomic_load_n(&t->on, __ATOMIC_RELAXED) : 0;
 }
 
 /* Message id was sent (p->mu held): the time since the previous one, and how long this one
  * waited for its slot (wait_from: when it began to, 0 if it did not). */
 static __attribute__((noinline)) void trace_sent(ez_pub *p, uint64_t id, uint64_t wait_from) {
-  ezi_trace *t = p->trace;
+  ezi_trace *t = __atomic_load_n(&p->trace, __ATOMIC_ACQUIRE);
   uint32_t on = __atomic_load_n(&t->on, __ATOMIC_RELAXED);
   uint64_t now = ezi_now_ns();
   uint64_t last = t->last_ns;

@@ -193,7 +193,7 @@ static bool poll_local(ez_sub *s) {
 /* ez_recv gives m out: counted, and timed while a tool traces lease times (trace.h). */
 static inline void given(ez_sub *s, ez_msg *m) {
   __atomic_store_n(&s->received, s->received + 1, __ATOMIC_RELAXED);
-  ezi_trace *t = __atomic_load_n(&s->trace, __ATOMIC_RELAXED);
+  ezi_trace *t = __atomic_load_n(&s->trace, __ATOMIC_ACQUIRE);
   m->trace_t_ = 0;
   if (EZI_UNLIKELY(t != NULL) && (__atomic_load_n(&t->on, __ATOMIC_RELAXED) & EZI_TM_LEASE_TIME) &&
       ezi_trace_pick(t))

@@ -45,7 +45,7 @@ void ezi_trace_free(ezi_trace *t) {
 
 void ezi_trace_set(ezi_trace *t, uint32_t metrics, uint32_t mod) {
   pthread_mutex_lock(&t->mu);
-  t->mod = mod ? mod : 1;
+  __atomic_store_n(&t->mod, mod ? mod : 1, __ATOMIC_RELAXED);
   if (!metrics) t->n = t->head = 0; /* off: what waited goes (as 3.9 clears on a change) */
   pthread_mutex_unlock(&t->mu);
   __atomic_store_n(&t->on, metrics, __ATOMIC_RELEASE);

@@ -37,7 +37,7 @@ typedef struct ezi_trace_sample {
 
 typedef struct ezi_trace {
   uint32_t on;      /* atomic: metrics recorded now (EZI_TM_* bits; 0: none) */
-  uint32_t mod;     /* record one message in mod (>= 1) */
+  uint32_t mod;     /* atomic: record one message in mod (>= 1) */
   uint32_t counter; /* the recording thread's */
   uint64_t last_ns; /* the recording thread's: the previous publish */
   pthread_mutex_t mu;
@@ -61,8 +61,9 @@ void ezi_trace_add(ezi_trace *t, uint8_t metric, uint64_t now_ns, double value, 
                    int8_t kind);
 /* Whether this message is one of the `mod` to record (the recording thread). */
 static inline bool ezi_trace_pick(ezi_trace *t) {
-  if (t->mod <= 1) return true;
-  return ++t->counter % t->mod == 0;
+  uint32_t mod = __atomic_load_n(&t->mod, __ATOMIC_RELAXED);
+  if (mod <= 1) return true;
+  return ++t->counter % mod == 0;
 }
 
 /* Takes up to max samples, oldest first, into out (returns how many). *dropped (may be NULL)

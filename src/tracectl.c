@@ -63,7 +63,8 @@ static bool apply(const ctl *c, ezi_trace **slot, bool pub, const char *topic, c
     uint32_t m = wanted(c, pub, topic, eid);
     if (m && !t) t = ezi_trace_get(slot, topic, id);
     if (!t) return false;
-    if (__atomic_load_n(&t->on, __ATOMIC_RELAXED) != m || t->mod != c->mod)
+    if (__atomic_load_n(&t->on, __ATOMIC_RELAXED) != m ||
+        __atomic_load_n(&t->mod, __ATOMIC_RELAXED) != c->mod)
       ezi_trace_set(t, m, c->mod);
     t->until_ns = c->until_ns;
     return m != 0;
