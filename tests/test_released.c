@@ -394,6 +394,21 @@ static void test_topology_stream(void **state) {
   close(s);
 }
 
+/* A profiling stream (SESSION_PROFILING_SUBSCRIBE) with this interval and max_samples: its fd. */
+static int trace_stream(double interval, int64_t max_samples) {
+  ezi_m39_stream_control ctl = {.interval = interval, .max_samples = max_samples};
+  uint8_t *pk;
+  size_t len;
+  assert_int_equal(ezi_m39_dump(&EZI_M39_PROFILING_STREAM_CONTROL, &ctl, &pk, &len, NULL), 0);
+  int st = f39_open();
+  f39_wr_payload(st, EZI_SESSION_PROFILING_SUBSCRIBE, pk, len);
+  free(pk);
+  char id[64];
+  rp_rd_str(st, id, sizeof id);
+  rp_expect_u8(st, EZI_COMPLETE);
+  return st;
+}
+
 /* Trace samples a process pushes reach a profiling stream, each once, in order. The batch is
  * one Python 3.9.0 made. */
 static void test_profiling_stream(void **state) {
@@ -411,16 +426,8 @@ static void test_profiling_stream(void **state) {
   snprintf(metric0, sizeof metric0, "%s", tb.samples[0].metric);
   ezi_pk_doc_free(d);
 
-  ezi_m39_stream_control ctl = {.interval = 0.02, .max_samples = 1000};
-  uint8_t *pk;
+  int st = trace_stream(0.02, 1000);
   size_t len;
-  assert_int_equal(ezi_m39_dump(&EZI_M39_PROFILING_STREAM_CONTROL, &ctl, &pk, &len, NULL), 0);
-  int st = f39_open();
-  f39_wr_payload(st, EZI_SESSION_PROFILING_SUBSCRIBE, pk, len);
-  free(pk);
-  char id[64];
-  rp_rd_str(st, id, sizeof id);
-  rp_expect_u8(st, EZI_COMPLETE);
   const char *units[] = {"SYS/TRACER"};
   char pid_[64];
   int p = f39_process(pid_, units, 1, EZI_COMPLETE);
@@ -496,17 +503,10 @@ static size_t read_stream_batch(int st, int64_t *first, int64_t *last, int64_t *
  * first), and tells the reader how many it lost, so that what it got and what it lost add up. */
 static void test_profiling_stream_slow_reader(void **state) {
   (void)state;
-  /* 100 samples every 50 ms at most: far slower than the flood below */
-  ezi_m39_stream_control ctl = {.interval = 0.05, .max_samples = 100};
+  int st = trace_stream(0.05, 100); /* 100 samples every 50 ms at most: far slower than the flood */
   uint8_t *pk;
   size_t len;
-  assert_int_equal(ezi_m39_dump(&EZI_M39_PROFILING_STREAM_CONTROL, &ctl, &pk, &len, NULL), 0);
-  int st = f39_open();
-  f39_wr_payload(st, EZI_SESSION_PROFILING_SUBSCRIBE, pk, len);
-  free(pk);
-  char id[64], pid_[64];
-  rp_rd_str(st, id, sizeof id);
-  rp_expect_u8(st, EZI_COMPLETE);
+  char pid_[64];
   const char *units[] = {"SYS/SLOW"};
   int p = f39_process(pid_, units, 1, EZI_COMPLETE);
   /* the reader's first batch: 10 samples, nothing lost */
