@@ -76,12 +76,14 @@ format:
 	clang-format -i include/ezmsg/*.h src/*.[ch] tools/ezmsg/*.[ch] tests/*.[ch] examples/*.c bench/*.c bench/profile/*.c fuzz/*.[ch]
 
 # Benchmarks: ezmsg-c vs ZeroMQ vs the machine; writes bench/RESULTS.md (bench/run.sh also builds
-# $(BUILD)-notel, the same tree with telemetry compiled out).
+# $(BUILD)-notel, the same tree with telemetry compiled out), then the fan-out / fan-in sweeps,
+# bench/FANOUT.md with its plots in bench/plots (bench/fan.sh).
 bench: build
 	@scripts/deps.sh bench
 	cmake -S . -B $(BUILD) -DEZ_BENCH=ON >/dev/null
 	cmake --build $(BUILD) -j$(JOBS)
 	bash bench/run.sh $(BUILD)
+	bash bench/fan.sh $(BUILD)
 
 # Fuzzing: builds the libFuzzer targets (clang, ASan + UBSan) into build-fuzz and runs each for
 # FUZZ_SECONDS (default 60) on a scratch copy of fuzz/corpus/<target>/, then prints a summary.

@@ -11,8 +11,9 @@ pkgs=(build-essential cmake pkg-config libjansson-dev uuid-dev libcmocka-dev lib
       # the install test: man pages rendered, the zsh completion parsed
       groff-base man-db zsh)
 # `deps.sh bench`: also iceoryx (its C binding and its RouDi daemon), a peer of `make bench` only,
-# and lld, which links the code layouts of its telemetry comparison.
-if [ "${1:-}" = bench ]; then pkgs+=(libiceoryx-binding-c-dev iceoryx lld); fi
+# lld, which links the code layouts of its telemetry comparison, and gnuplot, which draws the
+# fan-out / fan-in plots (bench/fan.sh).
+if [ "${1:-}" = bench ]; then pkgs+=(libiceoryx-binding-c-dev iceoryx lld gnuplot-nox); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -42,7 +42,9 @@ typedef struct case_result {
   bool ok;
   char err[240];
   uint64_t msgs, lost, late, corrupt, mismatch;
+  uint64_t received;
   double msgs_per_s, mb_per_s, p50_us, p99_us, max_us;
+  double cpu_s, cpu_us_per_msg; /* every node process's CPU; per message received by a sink */
 } case_result;
 
 static void summarize(const perf_case *pc, topo *t, case_result *cr) {
@@ -59,7 +61,10 @@ static void summarize(const perf_case *pc, topo *t, case_result *cr) {
     cr->lost += r->lost;
     cr->late += r->late;
     cr->corrupt += r->corrupt;
+    cr->received += r->received;
+    cr->cpu_s += (double)r->cpu_ns / 1e9;
   }
+  if (cr->received) cr->cpu_us_per_msg = cr->cpu_s * 1e6 / (double)cr->received;
   for (unsigned i = 0; i < t->n; i++) {
     node *nd = &t->nodes[i];
     node_result *r = &nd->res;
@@ -444,11 +449,13 @@ int cmd_perf(int argc, char **argv) {
              i ? "," : "", cfg_names[pc->cfg], tr_names[pc->tr], pc->n, pc->size, pc->nbuf,
              pc->duration_s, pc->copy ? "true" : "false", cr->ok ? "true" : "false");
       printf("\"msgs\": %llu, \"msgs_per_s\": %.1f, \"mb_per_s\": %.3f, \"lat_p50_us\": %.2f, "
-             "\"lat_p99_us\": %.2f, \"lat_max_us\": %.2f, \"lost\": %llu, \"late\": %llu, "
+             "\"lat_p99_us\": %.2f, \"lat_max_us\": %.2f, \"cpu_s\": %.4f, "
+             "\"cpu_us_per_msg\": %.3f, \"lost\": %llu, \"late\": %llu, "
              "\"corrupt\": %llu, \"mismatch\": %llu, \"error\": ",
              (unsigned long long)cr->msgs, cr->msgs_per_s, cr->mb_per_s, cr->p50_us, cr->p99_us,
-             cr->max_us, (unsigned long long)cr->lost, (unsigned long long)cr->late,
-             (unsigned long long)cr->corrupt, (unsigned long long)cr->mismatch);
+             cr->max_us, cr->cpu_s, cr->cpu_us_per_msg, (unsigned long long)cr->lost,
+             (unsigned long long)cr->late, (unsigned long long)cr->corrupt,
+             (unsigned long long)cr->mismatch);
       if (cr->ok)
         printf("null}");
       else {
@@ -458,8 +465,8 @@ int cmd_perf(int argc, char **argv) {
     }
     printf("\n]}\n");
   } else {
-    printf("%-8s %-6s %3s %8s %5s %13s %10s %11s %11s\n", "config", "trans", "n", "size", "bufs",
-           "msgs/s", "MB/s", "p50 us", "p99 us");
+    printf("%-8s %-6s %3s %8s %5s %13s %10s %11s %11s %11s %9s\n", "config", "trans", "n", "size",
+           "bufs", "msgs/s", "MB/s", "p50 us", "p99 us", "max us", "cpu us/m");
     for (unsigned i = 0; i < nc; i++) {
       const perf_case *pc = &cases[i];
       const case_result *cr = &res[i];
@@ -467,13 +474,14 @@ int cmd_perf(int argc, char **argv) {
       fmt_size(pc->size, sz, sizeof sz);
       printf("%-8s %-6s %3u %8s %5u ", cfg_names[pc->cfg], tr_names[pc->tr], pc->n, sz, pc->nbuf);
       if (cr->ok)
-        printf("%13.0f %10.1f %11.1f %11.1f\n", cr->msgs_per_s, cr->mb_per_s, cr->p50_us,
-               cr->p99_us);
+        printf("%13.0f %10.1f %11.1f %11.1f %11.1f %9.2f\n", cr->msgs_per_s, cr->mb_per_s,
+               cr->p50_us, cr->p99_us, cr->max_us, cr->cpu_us_per_msg);
       else
         printf("FAILED: %s\n", cr->err);
     }
     printf("(msgs/s: deliveries summed over sinks; pingpong: round trips/s and round-trip "
-           "latency%s)\n",
+           "latency; cpu us/m: CPU of every node process over the run, per message a sink "
+           "received%s)\n",
            o.copy ? "; --copy" : "");
   }
   if (perf_interrupted) return 128 + perf_interrupted;

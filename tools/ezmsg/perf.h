@@ -58,6 +58,9 @@ typedef struct node_result {
   uint64_t sent;         /* measured messages published (sources) */
   uint64_t t0_ns, t1_ns; /* the measured interval as this node saw it */
   uint64_t lost, late, corrupt;
+  uint64_t received; /* every message received, warm-up and measured (sinks) */
+  uint64_t cpu_ns;   /* CPU time (user + system, every thread) of the node's process from the
+                        start time to the end of its run; local: the runner's, in node 0 */
   uint64_t hist[H_N];
 } node_result;
 
@@ -107,6 +110,9 @@ static inline uint64_t hard_deadline(const perf_case *pc, uint64_t t_go) {
 
 /* Set by SIGINT / SIGTERM in the coordinator (cmd_perf.c); perf_io_full gives up when set. */
 extern volatile sig_atomic_t perf_interrupted;
+
+/* CPU time (user + system) of every thread of this process so far. */
+uint64_t perf_cpu_ns(void);
 
 /* ---- perf_nodes.c --------------------------------------------------------------------------- */
 

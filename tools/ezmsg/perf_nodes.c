@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -77,6 +78,13 @@ void perf_build_topo(const perf_case *pc, unsigned tag, topo *t) {
   t->n = k;
   for (unsigned i = 0; i < k; i++)
     v[i].index = i;
+}
+
+uint64_t perf_cpu_ns(void) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru)) return 0;
+  return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000u +
+         (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000u;
 }
 
 /* ---- small helpers -------------------------------------------------------------------------- */
@@ -245,6 +253,7 @@ static void run_sink(node *nd, const perf_case *pc, uint64_t t_go) {
       ez_msg_release(&m);
       continue;
     }
+    r->received++;
     seqstate *s = &seqs[h.src];
     if (!s->seen || h.seq == s->next) {
       s->seen = true;
@@ -399,7 +408,9 @@ void perf_node_child(node *nd, const perf_case *pc, int fd, int setup_ms) {
   if (perf_io_full(fd, r, sizeof *r, true, deadline) || rc) _exit(rc ? 4 : 3);
   uint64_t t_go = 0;
   if (perf_io_full(fd, &t_go, sizeof t_go, false, deadline + s_to_ns(5)) || !t_go) _exit(3);
+  uint64_t cpu0 = perf_cpu_ns();
   run_node(nd, pc, t_go);
+  r->cpu_ns = perf_cpu_ns() - cpu0;
   if (perf_io_full(fd, r, sizeof *r, true, hard_deadline(pc, t_go) + s_to_ns(5))) _exit(3);
   node_close(nd);
   ez_context_close(ctx);
@@ -456,7 +467,7 @@ void perf_local_child(topo *t, const perf_case *pc, const char *address, int fd)
   thread_arg ta[MAX_NODES];
   pthread_t th[MAX_NODES];
   unsigned started = 0;
-  uint64_t t_go = now_ns() + 20000000u;
+  uint64_t t_go = now_ns() + 20000000u, cpu0 = perf_cpu_ns();
   for (unsigned i = 0; i < t->n && !rc; i++) {
     ta[i] = (thread_arg){&t->nodes[i], pc, t_go};
     if (pthread_create(&th[i], NULL, node_thread, &ta[i])) {
@@ -468,6 +479,7 @@ void perf_local_child(topo *t, const perf_case *pc, const char *address, int fd)
   }
   for (unsigned i = 0; i < started; i++)
     pthread_join(th[i], NULL);
+  r0->cpu_ns = perf_cpu_ns() - cpu0; /* every node's thread and the I/O thread, together */
   uint64_t send_by = now_ns() + s_to_ns(5);
   for (unsigned i = 0; i < t->n; i++)
     if (perf_io_full(fd, &t->nodes[i].res, sizeof t->nodes[i].res, true, send_by)) _exit(3);
