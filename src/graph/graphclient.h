@@ -1,20 +1,9 @@
-/* Blocking request helpers shared by the one-shot graph calls, the shm leases and the context. */
+/* The one-shot requests to a graph server (their I/O: graphio.h). */
 #ifndef EZI_GRAPHCLIENT_H
 #define EZI_GRAPHCLIENT_H
 
 #include <stddef.h>
 #include <stdint.h>
-
-/* Blocking-with-deadline I/O on a non-blocking fd. EZ_ECONNLOST on EOF, EZ_ETIMEDOUT. */
-int ezi_io_write(int fd, const void *p, size_t n, uint64_t deadline);
-int ezi_io_read(int fd, void *p, size_t n, uint64_t deadline);
-int ezi_io_read_u64(int fd, uint64_t *v, uint64_t deadline);
-/* Reads a str of at most `max` bytes into a new NUL-terminated string (EZ_EPROTO if longer). */
-int ezi_io_read_str(int fd, char **out, size_t *len, uint64_t max, uint64_t deadline);
-
-/* Connects to the graph server (NULL: env / default) and reads its version. Returns the fd or a
- * negative EZ_E* (EZ_ENOSERVER if nobody answers). */
-int ezi_graph_open(const char *address, uint64_t deadline, char *version, size_t cap);
 
 /* PROFILE (the profiling dialect's, or our own server's in either) on a new connection: the
  * document's text into *json (malloc'd). 0 or an EZ_* code. */
