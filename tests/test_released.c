@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #define TMO 5000
+#define TRACE_SAMPLES_ 200000 /* the server's buffer per process (src/gs.h: TRACE_SAMPLES) */
 
 /* ---- sessions ------------------------------------------------------------------------------- */
 
@@ -393,6 +394,21 @@ static void test_topology_stream(void **state) {
   close(s);
 }
 
+/* A profiling stream (SESSION_PROFILING_SUBSCRIBE) with this interval and max_samples: its fd. */
+static int trace_stream(double interval, int64_t max_samples) {
+  ezi_m39_stream_control ctl = {.interval = interval, .max_samples = max_samples};
+  uint8_t *pk;
+  size_t len;
+  assert_int_equal(ezi_m39_dump(&EZI_M39_PROFILING_STREAM_CONTROL, &ctl, &pk, &len, NULL), 0);
+  int st = f39_open();
+  f39_wr_payload(st, EZI_SESSION_PROFILING_SUBSCRIBE, pk, len);
+  free(pk);
+  char id[64];
+  rp_rd_str(st, id, sizeof id);
+  rp_expect_u8(st, EZI_COMPLETE);
+  return st;
+}
+
 /* Trace samples a process pushes reach a profiling stream, each once, in order. The batch is
  * one Python 3.9.0 made. */
 static void test_profiling_stream(void **state) {
@@ -410,16 +426,8 @@ static void test_profiling_stream(void **state) {
   snprintf(metric0, sizeof metric0, "%s", tb.samples[0].metric);
   ezi_pk_doc_free(d);
 
-  ezi_m39_stream_control ctl = {.interval = 0.02, .max_samples = 1000};
-  uint8_t *pk;
+  int st = trace_stream(0.02, 1000);
   size_t len;
-  assert_int_equal(ezi_m39_dump(&EZI_M39_PROFILING_STREAM_CONTROL, &ctl, &pk, &len, NULL), 0);
-  int st = f39_open();
-  f39_wr_payload(st, EZI_SESSION_PROFILING_SUBSCRIBE, pk, len);
-  free(pk);
-  char id[64];
-  rp_rd_str(st, id, sizeof id);
-  rp_expect_u8(st, EZI_COMPLETE);
   const char *units[] = {"SYS/TRACER"};
   char pid_[64];
   int p = f39_process(pid_, units, 1, EZI_COMPLETE);
@@ -442,6 +450,99 @@ static void test_profiling_stream(void **state) {
   close(st);
   close(p);
   free(batch);
+}
+
+/* A trace batch of n samples numbered from seq (sample_seq), pickled. */
+static uint8_t *trace_batch(const char *pid_, int64_t seq, size_t n, size_t *len) {
+  ezi_m39_trace_sample *v = calloc(n, sizeof *v);
+  assert_non_null(v);
+  for (size_t i = 0; i < n; i++)
+    v[i] = (ezi_m39_trace_sample){.timestamp = 1.0,
+                                  .endpoint_id = "/slow:p",
+                                  .topic = "/slow",
+                                  .metric = "publish_delta_ns",
+                                  .value = 1000,
+                                  .channel_kind = EZI_M39_NONE,
+                                  .sample_seq = {true, seq + (int64_t)i}};
+  ezi_m39_trace_batch b = {
+      .pid = 4242, .host = "h", .timestamp = 1.0, .samples = v, .n_samples = n};
+  b.process_id.has = true;
+  assert_int_equal(strlen(pid_), sizeof b.process_id.s - 1); /* a UUID's 36 characters */
+  memcpy(b.process_id.s, pid_, sizeof b.process_id.s);
+  uint8_t *pk = NULL;
+  assert_int_equal(ezi_m39_dump(&EZI_M39_PROCESS_PROFILING_TRACE_BATCH, &b, &pk, len, NULL), 0);
+  free(v);
+  return pk;
+}
+
+/* A stream batch's samples of one process: the first and last sample_seq, how many, and what
+ * the server said this reader lost before them (EZI_M39_DROPPED_ATTR). */
+static size_t read_stream_batch(int st, int64_t *first, int64_t *last, int64_t *lost) {
+  size_t len;
+  uint8_t *b = f39_rd_pickle(st, &len);
+  ezi_pk_doc *d = NULL;
+  const ezi_pk *root = NULL;
+  assert_int_equal(ezi_pk_load(b, len, NULL, &d, &root, NULL), 0);
+  ezi_m39_trace_stream_batch sb;
+  assert_int_equal(ezi_m39_parse(d, &EZI_M39_PROFILING_TRACE_STREAM_BATCH, root, &sb, NULL), 0);
+  *lost = 0;
+  const ezi_pk *l = ezi_pk_dict_get(root->u.o.state, EZI_M39_DROPPED_ATTR);
+  if (l) assert_int_equal(ezi_pk_int_of(l, lost), 0);
+  assert_int_equal(sb.n_batches, 1);
+  size_t n = sb.batches[0].n_samples;
+  if (n) {
+    *first = sb.batches[0].samples[0].sample_seq.v;
+    *last = sb.batches[0].samples[n - 1].sample_seq.v;
+  }
+  ezi_pk_doc_free(d);
+  free(b);
+  return n;
+}
+
+/* A reader slower than the samples: the server keeps a bounded buffer per process (the oldest go
+ * first), and tells the reader how many it lost, so that what it got and what it lost add up. */
+static void test_profiling_stream_slow_reader(void **state) {
+  (void)state;
+  int st = trace_stream(0.05, 100); /* 100 samples every 50 ms at most: far slower than the flood */
+  uint8_t *pk;
+  size_t len;
+  char pid_[64];
+  const char *units[] = {"SYS/SLOW"};
+  int p = f39_process(pid_, units, 1, EZI_COMPLETE);
+  /* the reader's first batch: 10 samples, nothing lost */
+  pk = trace_batch(pid_, 1, 10, &len);
+  f39_wr_payload(p, EZI_PROCESS_PROFILING_TRACE_UPDATE, pk, len);
+  free(pk);
+  int64_t first = 0, last = 0, lost = 0;
+  assert_int_equal(read_stream_batch(st, &first, &last, &lost), 10);
+  assert_int_equal(first, 1);
+  assert_int_equal(last, 10);
+  assert_int_equal(lost, 0);
+  /* then TRACE_SAMPLES + 100 000 at once: more than the buffer holds */
+  const size_t per = 1000, total = TRACE_SAMPLES_ + 100000;
+  for (size_t k = 0; k < total / per; k++) {
+    pk = trace_batch(pid_, 11 + (int64_t)(k * per), per, &len);
+    f39_wr_payload(p, EZI_PROCESS_PROFILING_TRACE_UPDATE, pk, len);
+    free(pk);
+  }
+  /* read on until a batch says samples were lost, and a few more: each batch follows the
+   * previous one, or says by how many it does not */
+  int64_t prev = last, got = 10, lost_all = 0;
+  for (int after_loss = 0; after_loss < 5;) {
+    size_t n = read_stream_batch(st, &first, &last, &lost);
+    assert_true(n > 0);
+    assert_int_equal(first, prev + lost + 1);
+    got += (int64_t)n;
+    lost_all += lost;
+    prev = last;
+    after_loss += lost_all > 0;
+  }
+  assert_true(lost_all > 0);
+  assert_int_equal(got + lost_all, last); /* every sample up to the last one: got, or counted */
+  print_message("slow reader: got %lld samples, was told %lld were lost\n", (long long)got,
+                (long long)lost_all);
+  close(st);
+  close(p);
 }
 
 /* ---- bad input ------------------------------------------------------------------------------ */
@@ -530,6 +631,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_route_bounds, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_topology_stream, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_profiling_stream, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_profiling_stream_slow_reader, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_bad_session_input, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_bad_process_input, th_setup, th_teardown),
   };

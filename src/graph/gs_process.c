@@ -171,23 +171,28 @@ static void sample_add(gs_process *p, const ezi_m39_trace_sample *t) {
   memcpy(strs + ne + nt, t->metric, nm);
   gs_sample *x = &p->samples[(p->head + p->n++) % p->cap];
   *x = (gs_sample){.seq = ++p->seq, .s = *t, .strs = strs, .bytes = bytes};
+  p->bytes += bytes;
   x->s.endpoint_id = strs;
   x->s.topic = strs + ne;
   x->s.metric = strs + ne + nt;
 }
 
 int ezi_gs_process_trace_batch(conn *c, int64_t after, size_t max, ezi_m39_trace_batch *b,
-                               int64_t *upto) {
+                               int64_t *upto, uint64_t *lost) {
   gs_process *p = c->proc;
   *b = (ezi_m39_trace_batch){.pid = p->registered ? p->pid : -1,
                              .host = p->registered && p->host ? p->host : ""};
   b->process_id.has = true;
   memcpy(b->process_id.s, c->id, 37);
   *upto = after;
+  *lost = 0;
   size_t first = 0; /* the first kept sample after `after` (seq is consecutive in the ring) */
-  if (p->n) {
-    int64_t oldest = p->samples[p->head].seq;
-    if (after >= oldest) first = (size_t)(after - oldest + 1);
+  int64_t oldest = p->n ? p->samples[p->head].seq : p->seq + 1;
+  if (after >= oldest)
+    first = (size_t)(after - oldest + 1);
+  else if (after > 0) { /* what this reader had not taken went to make room */
+    *lost = (uint64_t)(oldest - 1 - after);
+    *upto = oldest - 1;
   }
   if (first >= p->n) return 0;
   size_t k = p->n - first < max ? p->n - first : max;

@@ -56,9 +56,10 @@ void ezi_gs_process_info(const conn *c, bool *registered, int64_t *pid, const ch
 /* Up to max of process c's trace samples after sequence number `after` (an `after` older than
  * what is kept starts at the oldest kept) into *b (b->samples malloc'd: the caller frees it; its
  * strings live in the process's buffer until the next server callback), *upto the sequence
- * number of the last one. 0 or EZ_ENOMEM. */
+ * number of the last one, *lost how many after `after` went before this reader took them (a
+ * reader too slow; 0 for a reader's first batch, `after` 0). 0 or EZ_ENOMEM. */
 int ezi_gs_process_trace_batch(conn *c, int64_t after, size_t max, ezi_m39_trace_batch *b,
-                               int64_t *upto);
+                               int64_t *upto, uint64_t *lost);
 
 /* ---- gs_settings.c -------------------------------------------------------------------------- */
 

@@ -6,7 +6,9 @@
  *
  * Bounds: EVENT_HISTORY events of each kind are kept (the oldest go first); a subscriber gets
  * what follows its `after_seq` of those, at most STREAM_QUEUE of them at once; one whose socket
- * holds STREAM_BACKLOG unsent is skipped until it reads, its events counted as dropped. */
+ * holds STREAM_BACKLOG unsent is skipped until it reads, its events counted as dropped. A trace
+ * reader that falls so far behind that a process's buffer drops samples it had not taken is told
+ * how many in its next batch (EZI_M39_DROPPED_ATTR). */
 #include "graph/gs.h"
 #include "graph/gs_released.h"
 
@@ -337,6 +339,22 @@ static bool wanted(const gs_stream *st, const char *id) {
   return false;
 }
 
+/* The pickle of sb, with EZI_M39_DROPPED_ATTR set when this reader lost samples. */
+static int dump_batch(const ezi_m39_trace_stream_batch *sb, uint64_t lost, uint8_t **out,
+                      size_t *n) {
+  ezi_pk_doc *d = ezi_pk_doc_new();
+  if (!d) return EZ_ENOMEM;
+  ezi_pk *root = NULL;
+  int rc = ezi_m39_build(d, &EZI_M39_PROFILING_TRACE_STREAM_BATCH, sb, &root, NULL);
+  if (!rc && lost) {
+    ezi_pk *k = ezi_pk_cstr(d, EZI_M39_DROPPED_ATTR), *v = ezi_pk_int(d, (int64_t)lost);
+    rc = k && v ? ezi_pk_dict_add(root->u.o.state, k, v) : EZ_ENOMEM;
+  }
+  if (!rc) rc = ezi_pk_dump(root, 0, NULL, out, n, NULL);
+  ezi_pk_doc_free(d);
+  return rc;
+}
+
 static void profiling_tick(void *arg) {
   conn *c = arg;
   gs_stream *st = c->stream;
@@ -353,15 +371,19 @@ static void profiling_tick(void *arg) {
   sb.batches = calloc(np, sizeof *sb.batches);
   int64_t **lasts = calloc(np, sizeof *lasts);
   int64_t *upto = calloc(np, sizeof *upto);
+  uint64_t lost = 0; /* samples this reader was too slow to take, in all processes */
   if (sb.batch_keys && sb.batches && lasts && upto) {
     for (conn *k = s->conns; k; k = k->next) {
       if (k->st != C_PROCESS || !wanted(st, k->id)) continue;
       int64_t *last = last_seq(st, k->id);
       if (!last) continue;
       ezi_m39_trace_batch *b = &sb.batches[sb.n_batches];
-      if (ezi_gs_process_trace_batch(k, *last, (size_t)st->ctl.max_samples, b, &upto[sb.n_batches]))
+      uint64_t gone = 0;
+      if (ezi_gs_process_trace_batch(k, *last, (size_t)st->ctl.max_samples, b, &upto[sb.n_batches],
+                                     &gone))
         continue;
-      if (!b->n_samples && !st->ctl.include_empty_batches) {
+      lost += gone;
+      if (!b->n_samples && !gone && !st->ctl.include_empty_batches) {
         free(b->samples);
         continue;
       }
@@ -373,8 +395,7 @@ static void profiling_tick(void *arg) {
   }
   uint8_t *pk = NULL;
   size_t n = 0;
-  if (sb.n_batches &&
-      ezi_m39_dump(&EZI_M39_PROFILING_TRACE_STREAM_BATCH, &sb, &pk, &n, NULL) == 0) {
+  if (sb.n_batches && dump_batch(&sb, lost, &pk, &n) == 0) {
     ezi_buf frame = {0};
     if (!ezi_buf_put_u64(&frame, n) && !ezi_buf_put(&frame, pk, n)) {
       ezi_gs_send(c, &frame);

@@ -209,10 +209,17 @@ static int trace_released(const char *address, const char *const *topics, size_t
     if (!rc && !pk) rc = EZ_ENOMEM;
     if (!rc) rc = ezi_io_read(fd, pk, (size_t)len, ezi_deadline(EZ_DEFAULT_TIMEOUT_MS));
     ezi_pk_doc *d = NULL;
-    ezi_m39_trace_stream_batch sb;
-    if (!rc)
-      rc = ezi_m39_load(&EZI_M39_PROFILING_TRACE_STREAM_BATCH, pk, (size_t)len, &d, &sb, NULL);
+    ezi_m39_trace_stream_batch sb = {0};
+    const ezi_pk *root = NULL;
+    if (!rc) rc = ezi_pk_load(pk, (size_t)len, NULL, &d, &root, NULL);
+    if (!rc) rc = ezi_m39_parse(d, &EZI_M39_PROFILING_TRACE_STREAM_BATCH, root, &sb, NULL);
     free(pk);
+    int64_t lost = 0; /* our server says how many this reader was too slow to take */
+    if (!rc && !ezi_pk_int_of(ezi_pk_dict_get(root->u.o.state, EZI_M39_DROPPED_ATTR), &lost) &&
+        lost > 0) {
+      ez_trace_sample x = {.time = wall_now(), .dropped = (uint64_t)lost, .dialect = "released"};
+      quit = fn(user, &x) != 0;
+    }
     for (size_t i = 0; !rc && !quit && i < sb.n_batches; i++) {
       const ezi_m39_trace_batch *b = &sb.batches[i];
       for (size_t j = 0; j < b->n_samples; j++) {

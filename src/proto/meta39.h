@@ -254,6 +254,10 @@ typedef struct ezi_m39_trace_stream_batch { /* ProfilingTraceStreamBatch */
   ezi_m39_uuid *batch_keys;
   ezi_m39_trace_batch *batches;
 } ezi_m39_trace_stream_batch;
+/* An attribute of a ProfilingTraceStreamBatch by which our server tells a reader how many samples
+ * it was too slow to take since its previous batch (an int, set only when nonzero; Python's
+ * unpickler sets it as an attribute nobody reads, our parser skips it). */
+#define EZI_M39_DROPPED_ATTR "ezmsg_c_dropped"
 
 typedef struct ezi_m39_pub_profile { /* PublisherProfileSnapshot */
   const char *endpoint_id, *topic;
