@@ -96,9 +96,10 @@ static void rate_and_processing(const char *addr, bool force_tcp, const char *wa
                 s->processing.avg_ms, s->processing.p50_ms, s->processing.p99_ms,
                 s->processing.max_ms);
   /* Held 2 ms (nanosleep never returns early): processing >= 2 ms, so avg >= 2 ms and the median
-   * estimate >= 2 ms / (1 + 9.05%) = 1.83 ms. Lower bound 1.5 leaves room for the histogram, the
-   * upper bound of 10 ms for a loaded machine delaying the wake-up and the sleep. */
-  assert_true(s->processing.avg_ms >= 1.5 && s->processing.avg_ms <= 10);
+   * estimate >= 2 ms / (1 + 9.05%) = 1.83 ms. Lower bound 1.5 leaves room for the histogram; the
+   * upper bound of 100 ms catches a unit gone wrong (2 ms read as µs or s) and leaves a loaded
+   * machine room to delay the wake-up and the sleep (12 ms seen under TSan at load 4). */
+  assert_true(s->processing.avg_ms >= 1.5 && s->processing.avg_ms <= 100);
   assert_true(s->processing.p50_ms >= 1.5);
   check_latency_order(&s->processing);
   /* One sample per released message: 400 in the window, +-80 for scheduling. */
@@ -276,6 +277,7 @@ static void test_high_rate_sampling(void **state) {
   ez_sub *sub;
   local_pair(f->addr, "/prof/fast", &ctx, &pub, &sub);
   drain_arg a = {.sub = sub, .n = 300000};
+  int64_t t_start = th_now_ms();
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, drain_thread, &a), 0);
   static uint8_t buf[64];
@@ -284,6 +286,9 @@ static void test_high_rate_sampling(void **state) {
   pthread_join(t, NULL);
   assert_int_equal(a.got, a.n);
   assert_int_equal(ez_pub_flush(pub, TMO), 0);
+  /* The window below is 10 s: on a machine slow enough (TSan under load) that the messages took
+   * longer, the first ones have left it, and only the totals can be exact. */
+  bool whole = th_now_ms() - t_start < 9000;
 
   char *json = NULL;
   assert_int_equal(ez_context_profile(ctx, 10.0, &json), 0);
@@ -297,14 +302,22 @@ static void test_high_rate_sampling(void **state) {
   print_message("    %d messages: backpressure %llu timed, processing %llu timed, avg %.4f ms\n",
                 a.n, (unsigned long long)bp->timed_samples, (unsigned long long)proc->timed_samples,
                 proc->avg_ms);
-  assert_int_equal(p->messages_window, a.n);
-  assert_true(p->bytes_window == (uint64_t)a.n * sizeof buf);
-  assert_int_equal(bp->samples, a.n);
-  assert_int_equal(proc->samples, a.n);
-  assert_true(bp->timed_samples >= (uint64_t)a.n / EZI_STAMP_MAX_EVERY);
-  assert_true(bp->timed_samples < (uint64_t)a.n);
+  assert_int_equal(p->messages_total, a.n);
+  if (whole) {
+    assert_int_equal(p->messages_window, a.n);
+    assert_true(p->bytes_window == (uint64_t)a.n * sizeof buf);
+    assert_int_equal(bp->samples, a.n);
+    assert_int_equal(proc->samples, a.n);
+  } else {
+    print_message("    (slower than the window: totals only)\n");
+    assert_true(p->messages_window <= (uint64_t)a.n && p->messages_window > 0);
+    assert_true(p->bytes_window == p->messages_window * sizeof buf);
+    assert_true(bp->samples <= (uint64_t)a.n && proc->samples <= (uint64_t)a.n);
+  }
+  assert_true(bp->timed_samples >= bp->samples / EZI_STAMP_MAX_EVERY);
+  assert_true(bp->timed_samples < bp->samples);
   /* The receiver times exactly the messages the publisher stamped. */
-  assert_int_equal(proc->timed_samples, bp->timed_samples);
+  if (whole) assert_int_equal(proc->timed_samples, bp->timed_samples);
   assert_true(proc->avg_ms > 0 && bp->avg_ms > 0);
   check_latency_order(proc);
   check_latency_order(bp);
