@@ -73,7 +73,7 @@ clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-tsan build-fuzz build-notel build-notel-al build-lay-on build-lay-off $(NOTEL_TEST_BUILD)
 
 format:
-	clang-format -i include/ezmsg/*.h src/*.[ch] tools/ezmsg/*.[ch] tests/*.[ch] examples/*.c bench/*.c bench/profile/*.c fuzz/*.[ch]
+	clang-format -i include/ezmsg/*.h src/*/*.[ch] tools/ezmsg/*.[ch] tests/*.[ch] examples/*.c bench/*.c bench/profile/*.c fuzz/*.[ch]
 
 # Benchmarks: ezmsg-c vs ZeroMQ vs the machine; writes bench/RESULTS.md (bench/run.sh also builds
 # $(BUILD)-notel, the same tree with telemetry compiled out), then the fan-out / fan-in sweeps,

@@ -175,7 +175,7 @@ for round in $(seq 1 "$ROUNDS"); do
     # The window: ZeroMQ keeps up to 2 x 1000 messages in flight (its high-water marks); ours
     # keeps num_buffers (32 by default). The same 64 B case with 1024 buffers:
     record "win/ours/$tr/64" "$round" "$EZ" perf -c fanout -T "$tr" -s 64 -b 1024 "${PA[@]}" --copy
-    # Over TCP, ezmsg-c peers keep a window of their own (src/pubwin.c): the protocol's, for once.
+    # Over TCP, ezmsg-c peers keep a window of their own (src/pub/pubwin.c): the protocol's, for once.
     if [ "$tr" = tcp ]; then
       record "nowin/ours/tcp/64" "$round" env EZMSG_TCP_WINDOW=0 "$EZ" perf -c fanout -T tcp \
         -s 64 "${PA[@]}" --copy

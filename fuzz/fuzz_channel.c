@@ -22,7 +22,7 @@
  * segment's name as a str.
  * After each input the context must have no channel left (2 s; else abort(), unless
  * $EZ_FUZZ_KNOWN contains "slotreuse": then everything is started afresh). */
-#include "context.h"
+#include "core/context.h"
 #include "fuzz_common.h"
 
 #define TMO 5000

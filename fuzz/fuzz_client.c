@@ -15,7 +15,7 @@
  * byte 1 = flags: bit 0 = send no version (the fuzz bytes start where it would be);
  * the rest = what the server sends.
  * Each call must return within its timeout (+ 2 s), with a known result code. */
-#include "context.h"
+#include "core/context.h"
 #include "fuzz_common.h"
 
 #include <pthread.h>

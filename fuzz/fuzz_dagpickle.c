@@ -3,7 +3,7 @@
  * NUL-free UTF-8; every target a node, pointing at that node's topic string), render in both text
  * formats, and - when its edges form a DAG - survive ezi_dag_add_edge / ezi_dag_pickle /
  * ezi_dag_unpickle with the same edges. A failed decode must leave the output zeroed. */
-#include "dag.h"
+#include "proto/dag.h"
 #include "fuzz_common.h"
 
 #define CHECK(c)                                                                                   \

@@ -1,4 +1,4 @@
-/* fuzz_gsparse: the graph server's request parser (src/gsparse.c), in process and at full speed.
+/* fuzz_gsparse: the graph server's request parser (src/proto/gsparse.c), in process and at full speed.
  *
  * Input: byte 0 picks the phase (mod EZI_GS_NPHASES); the rest is what a connection sent. Checks:
  *  - a complete frame fits in the input, and its strings and payload lie inside it, within their
@@ -8,7 +8,7 @@
  *    frame's length: the parser never needs bytes beyond the frame;
  *  - parsing is deterministic and an error is only ever EZ_EMSGSIZE. */
 #include "fuzz_common.h"
-#include "gsparse.h"
+#include "proto/gsparse.h"
 
 #define CHECK(c)                                                                                   \
   do {                                                                                             \

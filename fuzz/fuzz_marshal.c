@@ -5,7 +5,7 @@
  * agree, and ezi_unmarshal_bufs refuses a length changed after the check; ezi_marshal_msg_id
  * agrees; and the input used as the payload of a C bytes message round-trips exactly. */
 #include "fuzz_common.h"
-#include "marshal.h"
+#include "proto/marshal.h"
 
 static uint64_t le64(const uint8_t *p) {
   uint64_t v = 0;

@@ -4,9 +4,9 @@
  * a struct that dumps to the very same bytes. GraphMetadata goes through its accessors and the
  * settings value the graph server derives from each component; the DAG through
  * ezi_dag_unpickle_owned, whose owners must name edges of the graph it returns. */
-#include "dag.h"
+#include "proto/dag.h"
 #include "fuzz_common.h"
-#include "meta39.h"
+#include "proto/meta39.h"
 
 #define CHECK(c)                                                                                   \
   do {                                                                                             \

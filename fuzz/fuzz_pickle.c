@@ -5,7 +5,7 @@
  * and dumping that tree again must give the same bytes (the encoder is deterministic and
  * idempotent). The accessors are walked over the tree's top levels. */
 #include "fuzz_common.h"
-#include "pickle.h"
+#include "proto/pickle.h"
 
 #define CHECK(c)                                                                                   \
   do {                                                                                             \

@@ -11,7 +11,7 @@
  * Byte 0 = flags: (flags & 3) + 1 buffers; (flags >> 2) & 3 messages published before the fake
  * channel connects; flags & 0x10: publish with a 5 ms timeout (else 0); flags & 0x20: force TCP;
  * flags & 0x40: read what the publisher sent before each publish. */
-#include "context.h"
+#include "core/context.h"
 #include "fuzz_common.h"
 
 #define TMO 5000

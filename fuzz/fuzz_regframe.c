@@ -1,5 +1,5 @@
 /* fuzz_regframe: the parser of the graph server's answer to a channel's CHANNEL registration
- * (src/regframe.c), in process and at full speed. The registration reads this answer from the
+ * (src/proto/regframe.c), in process and at full speed. The registration reads this answer from the
  * graph server as it arrives (chanreg.c); fuzz_client cannot reach it, since its fake server must
  * not hand the library addresses to resolve.
  *
@@ -8,8 +8,8 @@
  * the limit; every prefix of a complete answer asks for more bytes (never an error); bytes after
  * a complete answer change nothing; what a hang-up means is one of the three documented codes. */
 #include "fuzz_common.h"
-#include "regframe.h"
-#include "wire.h"
+#include "proto/regframe.h"
+#include "base/wire.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* fuzz_txframe: the channel's data-frame parser (src/txframe.c), in process and at full speed.
+/* fuzz_txframe: the channel's data-frame parser (src/proto/txframe.c), in process and at full speed.
  *
  * Input: the bytes a publisher sent a channel. Checks: a complete frame fits in the input and its
  * name / body lie inside it; a short one asks for more bytes than there are; no prefix of a
@@ -7,9 +7,9 @@
  * EZ_EMSGSIZE. Then the body of a complete TX_TCP goes through ezi_unmarshal, as the channel does.
  */
 #include "fuzz_common.h"
-#include "marshal.h"
-#include "txframe.h"
-#include "wire.h"
+#include "proto/marshal.h"
+#include "proto/txframe.h"
+#include "base/wire.h"
 
 #define CHECK(c)                                                                                   \
   do {                                                                                             \

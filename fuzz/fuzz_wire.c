@@ -12,7 +12,7 @@
  * were there; each complete frame re-encoded with ezi_buf_put_* must equal its bytes.
  * Also checks ezi_is_uuid and ezi_addr_parse against reference versions on the stream. */
 #include "fuzz_common.h"
-#include "wire.h"
+#include "base/wire.h"
 
 #define CHECK(c)                                                                                   \
   do {                                                                                             \

@@ -21,9 +21,9 @@ COMPLETE, PUBLISH, SUBSCRIBE, CONNECT, DISCONNECT, CYCLIC, PAUSE, SYNC, RESUME, 
 TX_SHM, TX_TCP, RX_ACK, SHM_CREATE, SHM_ATTACH, SHUTDOWN, CHANNEL, SHM_OK, SHM_FAILED = range(12, 21)
 PROFILE, PROFILE_DATA = 21, 22
 
-X_HELLO, X_RING = 0xE5, 0xE6  # ezmsg-c's ring extension (src/wire.h)
-X_WIN_ASK, X_WIN = 0xE7, 0xE8  # ezmsg-c's TCP window extension (src/wire.h)
-X_TCP_ASK, X_TCP = 0xEA, 0xEB  # a window's messages as their payload alone (src/wire.h)
+X_HELLO, X_RING = 0xE5, 0xE6  # ezmsg-c's ring extension (src/base/wire.h)
+X_WIN_ASK, X_WIN = 0xE7, 0xE8  # ezmsg-c's TCP window extension (src/base/wire.h)
+X_TCP_ASK, X_TCP = 0xEA, 0xEB  # a window's messages as their payload alone (src/base/wire.h)
 HANDMADE = {"gsparse", "regframe", "txframe"}  # corpora whose seeds were written by hand: kept as they are
 UUID1 = b"6f1c2f0e-8a4b-11ee-b9d1-0242ac120002"
 UUID2 = b"7a0d1b2c-8a4b-11ee-b9d1-0242ac120002"

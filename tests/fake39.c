@@ -4,7 +4,7 @@
 #include "fake39.h"
 #include "harness.h"
 #include "rawproto.h"
-#include "wire.h"
+#include "base/wire.h"
 
 #include <stdlib.h>
 #include <string.h>

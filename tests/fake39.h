@@ -5,7 +5,7 @@
 #ifndef EZ_TEST_FAKE39_H
 #define EZ_TEST_FAKE39_H
 
-#include "meta39.h"
+#include "proto/meta39.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,8 +1,8 @@
 /* The hostile data-plane tests' kit (hostile_kit.h). */
 #include "hostile_kit.h"
 
-#include "marshal.h"
-#include "shm.h"
+#include "proto/marshal.h"
+#include "proto/shm.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -3,8 +3,8 @@
 
 #include "harness.h"
 
-#include "dialect.h"
-#include "wire.h"
+#include "proto/dialect.h"
+#include "base/wire.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

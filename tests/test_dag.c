@@ -1,9 +1,9 @@
-/* Unit tests of the topic graph (src/dag.c), its pickle codec (src/dagpickle.c) and the graph
- * text formats (src/graphfmt.c). The pickle vectors in tests/corpus/dag/ were made by Python's
+/* Unit tests of the topic graph (src/proto/dag.c), its pickle codec (src/proto/dagpickle.c) and the graph
+ * text formats (src/proto/graphfmt.c). The pickle vectors in tests/corpus/dag/ were made by Python's
  * pickle.dumps of the reference DAG; nothing here needs Python at run time. */
 #include "harness.h"
 
-#include "dag.h"
+#include "proto/dag.h"
 
 #include <stdio.h>
 #include <stdlib.h>

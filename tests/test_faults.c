@@ -15,9 +15,9 @@
  *
  * The fixture, and what it checks at the end of each test, are in faults.h. */
 #include "faults.h"
-#include "marshal.h"
+#include "proto/marshal.h"
 #include "rawproto.h"
-#include "wire.h"
+#include "base/wire.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -139,7 +139,7 @@ static void sub_stopped(fx *f, bool force_tcp) {
   pid_t a = start_sub(f, "a", topic, NULL);
   pid_t b = start_sub(f, "b", topic, "200");
 
-  /* Over TCP the subscribers' channels ask for a window (src/pubwin.c): a small one, so that
+  /* Over TCP the subscribers' channels ask for a window (src/pub/pubwin.c): a small one, so that
    * backpressure shows within 200 messages. */
   enum { WINDOW = 16 };
   setenv(EZ_TCP_WINDOW_ENV, "16", 1);

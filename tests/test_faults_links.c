@@ -13,9 +13,9 @@
  *
  * The fixture, and what it checks at the end of each test, are in faults.h. */
 #include "faults.h"
-#include "marshal.h"
+#include "proto/marshal.h"
 #include "rawproto.h"
-#include "wire.h"
+#include "base/wire.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -91,7 +91,7 @@ static void fake_pub_handshake(fake_pub *fp, uint64_t nbuf, char chan_id[64]) {
   uint8_t done[9] = {COMPLETE};
   ezi_put_u64le(done + 1, nbuf);
   rp_wr(fp->data, done, 9);
-  /* An ezmsg-c channel offers to hold a larger TCP window (src/pubwin.c), with compact frames;
+  /* An ezmsg-c channel offers to hold a larger TCP window (src/pub/pubwin.c), with compact frames;
    * we play a publisher that keeps the protocol's. */
   assert_int_equal(rp_rd_exact(fp->data, &cmd, 1, TMO), 0);
   assert_int_equal(cmd, EZI_X_WIN_ASK);

@@ -6,7 +6,7 @@
  * SIGTERM at the end, expecting exit status 0. */
 #include "harness.h"
 #include "rawproto.h"
-#include "shm.h"
+#include "proto/shm.h"
 
 #include <errno.h>
 #include <jansson.h>

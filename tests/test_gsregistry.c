@@ -4,9 +4,9 @@
  * handle) is in tests/topics.sh. */
 #include "harness.h"
 
-#include "gsparse.h"
-#include "gsregistry.h"
-#include "internal.h"
+#include "proto/gsparse.h"
+#include "proto/gsregistry.h"
+#include "base/internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -590,7 +590,7 @@ static void test_byte_by_byte(void **state) {
 
 /* Topics that are not UTF-8, or hold a NUL, cannot go into the DAG pickle: such a CONNECT must be
  * refused (closed without an answer, as Python's server fails to decode it) rather than poison
- * the graph so that every later DAG request fails. (Found against src/graphserver.c handle_edge,
+ * the graph so that every later DAG request fails. (Found against src/graph/graphserver.c handle_edge,
  * which at first accepted them; ezi_dag_pickle then failed and handle_dag closed every DAG
  * connection until the edge was removed.) */
 static void test_bad_topic_bytes(void **state) {

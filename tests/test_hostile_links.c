@@ -21,9 +21,9 @@
  *  - test_never_acking_channel_named: a channel that takes every message and acks none holds its
  *    publisher (protocol semantics), and the publisher's profile names it. */
 #include "hostile_kit.h"
-#include "internal.h"
+#include "base/internal.h"
 #include "rawproto.h"
-#include "wire.h"
+#include "base/wire.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

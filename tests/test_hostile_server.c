@@ -7,7 +7,7 @@
  * the input is ever resolved.) */
 #include "harness.h"
 #include "rawproto.h"
-#include "wire.h"
+#include "base/wire.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

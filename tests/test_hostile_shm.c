@@ -18,8 +18,8 @@
  *    another user, and accept group files with EZMSG_SHM_GROUP.
  * Real processes, real shared memory, a real `ezmsg serve` per test. */
 #include "hostile_kit.h"
-#include "shmring.h"
-#include "wire.h"
+#include "proto/shmring.h"
+#include "base/wire.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,11 +1,11 @@
-/* The in-process path (src/localchan.c): publisher and subscribers of one process exchange
+/* The in-process path (src/ring/localchan.c): publisher and subscribers of one process exchange
  * messages through the publisher's slots without a lock between them. These tests drive it from
  * several threads at once (run under ThreadSanitizer too) and check what must hold whatever the
  * interleaving: every subscriber gets every message once, in order, intact; a subscriber that
  * leaves gives its slots back; views outlive their publisher; flush and backpressure wait for
  * views. */
 #include "harness.h"
-#include "publisher.h"
+#include "pub/publisher.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -280,7 +280,7 @@ static void test_outlive_publisher(void **state) {
   ez_context_close(ctx);
 }
 
-/* Large messages (src/pubhot.c): k's bytes depend on k and the position. */
+/* Large messages (src/pub/pubhot.c): k's bytes depend on k and the position. */
 #define BIG_LEN (256 * 1024)
 
 static void fill_big(uint8_t *b, uint64_t k) {

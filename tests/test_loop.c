@@ -1,11 +1,11 @@
-/* The reactor (src/loop.c) on its own: posts and wake-ups from other threads, timers, and the idle
+/* The reactor (src/base/loop.c) on its own: posts and wake-ups from other threads, timers, and the idle
  * hook the TCP ring's acknowledgements rely on (called after a round of events with sleep false,
  * and before the loop sleeps with sleep true, ezi_loop_sleeping() being true from then until it
  * wakes). Real threads, a real eventfd and epoll; no sleep decides an outcome: every wait is for
  * a condition, bounded by a generous deadline. */
 #include "harness.h"
-#include "loop.h"
-#include "telclock.h"
+#include "base/loop.h"
+#include "base/telclock.h"
 
 #include <pthread.h>
 #include <unistd.h>

@@ -5,7 +5,7 @@
  * invalid_*.bin must give EZ_EPROTO; payloads of the valid ones follow pat() below. The corpus is
  * found through $EZ_SRC (set by CTest), else next to this source file. */
 #include "harness.h"
-#include "marshal.h"
+#include "proto/marshal.h"
 
 #include <dirent.h>
 #include <stdio.h>

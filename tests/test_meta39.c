@@ -3,7 +3,7 @@
  * to the fields it was made with, and every struct built and decoded again is the same struct. */
 #include "harness.h"
 
-#include "meta39.h"
+#include "proto/meta39.h"
 #include "vectors.h"
 
 #include <stdio.h>

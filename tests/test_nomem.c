@@ -9,21 +9,21 @@
  *
  * - A TCP stream from an ezmsg-c publisher in another process: the buffer for an arriving
  *   message without a window, small, large or read straight into it (channel.c, chanlink.c),
- *   the TCP window's bookkeeping when it starts, or a chunk its reads go to (src/tcpring.c)
+ *   the TCP window's bookkeeping when it starts, or a chunk its reads go to (src/rx/tcpring.c)
  *   cannot be allocated. The link is dropped
  *   with a warning, the subscriber joins again by itself, and the stream goes on: every message
  *   received is intact and in order, and messages keep coming after the failure.
- * - A large in-process message whose hot buffer cannot be allocated (src/pubhot.c): ez_publish
+ * - A large in-process message whose hot buffer cannot be allocated (src/pub/pubhot.c): ez_publish
  *   puts it in its slot instead, and the subscriber gets it intact.
- * - A publisher in this process whose outbox to a TCP channel cannot grow (src/context.c): the
+ * - A publisher in this process whose outbox to a TCP channel cannot grow (src/core/context.c): the
  *   frame is lost with the link, the subscriber in another process joins again, and what it
  *   prints is whole messages in order, the stream going on after the failure.
- * - The tick that expires sampled stamps (src/stamptick.c) cannot get its timer or the post that
+ * - The tick that expires sampled stamps (src/base/stamptick.c) cannot get its timer or the post that
  *   starts it: it stops, and the next sampled stamp starts it again. */
-#include "channel.h"
+#include "chan/channel.h"
 #include "harness.h"
-#include "loop.h"
-#include "telclock.h"
+#include "base/loop.h"
+#include "base/telclock.h"
 
 #include <pthread.h>
 #include <signal.h>

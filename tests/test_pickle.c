@@ -4,7 +4,7 @@
  * at run time. */
 #include "harness.h"
 
-#include "pickle.h"
+#include "proto/pickle.h"
 #include "vectors.h"
 
 #include <math.h>

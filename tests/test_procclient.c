@@ -6,10 +6,10 @@
  * keeps a context out of the process list. */
 #include "fake39.h"
 #include "harness.h"
-#include "meta39.h"
-#include "procclient.h"
+#include "proto/meta39.h"
+#include "proc/procclient.h"
 #include "rawproto.h"
-#include "wire.h"
+#include "base/wire.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,10 +5,10 @@
  * most its bound past the window and nothing else: the rest of the graph is still there. */
 #include "fake39.h"
 #include "harness.h"
-#include "meta39.h"
+#include "proto/meta39.h"
 #include "rawproto.h"
 #include "vectors.h"
-#include "wire.h"
+#include "base/wire.h"
 
 #include <jansson.h>
 #include <pthread.h>

@@ -1,7 +1,7 @@
 /* ez_profile_parse / ez_profile_data_free: the Python reference's documents, ours (with extra
  * fields, and as our own telemetry builders write them), wrong types and malformed input. */
 #include "harness.h"
-#include "telemetry.h"
+#include "base/telemetry.h"
 
 #include <jansson.h>
 #include <math.h>

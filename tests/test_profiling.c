@@ -4,9 +4,9 @@
  * and its conventions are in profiling.h. */
 #include "profiling.h"
 #include "rawproto.h"
-#include "context.h"
-#include "publisher.h"
-#include "telclock.h"
+#include "core/context.h"
+#include "pub/publisher.h"
+#include "base/telclock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

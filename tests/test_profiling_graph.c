@@ -3,7 +3,7 @@
  * or come and go. The kit and its conventions are in profiling.h. */
 #include "profiling.h"
 #include "rawproto.h"
-#include "telclock.h"
+#include "base/telclock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -123,7 +123,7 @@ typedef struct churn_shared {
   atomic_long cycles[2];
 } churn_shared;
 
-/* LIBRARY BUG REPRODUCTION (src/channel.c, ezi_chan_leave): destroying a subscriber that still
+/* LIBRARY BUG REPRODUCTION (src/chan/channel.c, ezi_chan_leave): destroying a subscriber that still
  * has a queued, never-received message frees its chan_sub twice. ezi_chan_leave marks the
  * chan_sub gone, then ezi_sub_purge releases the queued message through ezi_chan_release, which
  * sees gone && in_flight == 0 and frees the chan_sub (and drops the channel's last reference,
@@ -191,8 +191,8 @@ static void test_bug_sub_destroy_with_queued_message(void **state) {
   child_stop(&sub);
 }
 
-/* Regression test for a library bug seen at commit 4c6c706 (src/channel.c chan_create /
- * src/subscriber.c apply_update): two processes that subscribe to each other's publishers at the
+/* Regression test for a library bug seen at commit 4c6c706 (src/chan/channel.c chan_create /
+ * src/sub/subscriber.c apply_update): two processes that subscribe to each other's publishers at the
  * same moment deadlocked. A channel's handshake with a remote publisher (connect_publisher:
  * CHANNEL, shm name, SHM_ATTACH, COMPLETE) ran blocking on the subscribing process's I/O thread,
  * and that same thread serves the process's own publishers' handshakes. A's I/O thread waited for

@@ -1,14 +1,14 @@
 /* Our graph server in the released dialect (ezmsg 3.9.0), driven by fake 3.9 clients speaking its
  * bytes by hand: GraphContext sessions (their own edges, metadata, snapshots, settings), process
  * connections (units, routed requests and their bounds, settings, traces), the event streams, and
- * bad input in each. Payloads are built and read with meta39 (src/meta39.h), and checked against
+ * bad input in each. Payloads are built and read with meta39 (src/proto/meta39.h), and checked against
  * pickles Python 3.9.0 made (tests/corpus/meta39/). docs/protocol39.md describes the bytes. */
 #include "fake39.h"
 #include "harness.h"
-#include "meta39.h"
+#include "proto/meta39.h"
 #include "rawproto.h"
 #include "vectors.h"
-#include "wire.h"
+#include "base/wire.h"
 
 #include <poll.h>
 #include <stdio.h>

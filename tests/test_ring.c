@@ -1,12 +1,12 @@
-/* The shared-memory notice ring between two ezmsg-c processes (src/shmring.c, the ring mode of
- * src/localchan.c): the mapping rules (what a channel accepts and removes), and a real publisher
+/* The shared-memory notice ring between two ezmsg-c processes (src/proto/shmring.c, the ring mode of
+ * src/ring/localchan.c): the mapping rules (what a channel accepts and removes), and a real publisher
  * process whose notices reach this process through the ring, or through TX_SHM frames when the
  * ring is turned off. */
 #include "harness.h"
-#include "marshal.h"
+#include "proto/marshal.h"
 #include "rawproto.h"
-#include "shmring.h"
-#include "wire.h"
+#include "proto/shmring.h"
+#include "base/wire.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -2,7 +2,7 @@
  * Other tests run in parallel: every test removes exactly the segments it made and checks that
  * those names are gone (it never counts all psm_ entries). */
 #include "harness.h"
-#include "shm.h"
+#include "proto/shm.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -6,7 +6,7 @@
  * Other tests run in parallel and their servers sweep too: every name here that a sweep may take
  * is made old by hand (its mtime set an hour back) only once the test has checked it exists. */
 #include "harness.h"
-#include "shm.h"
+#include "proto/shm.h"
 
 #include <fcntl.h>
 #include <signal.h>

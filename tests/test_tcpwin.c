@@ -1,15 +1,15 @@
-/* The TCP window between ezmsg-c peers (src/pubwin.c, src/tcpring.c): a real publisher against a
+/* The TCP window between ezmsg-c peers (src/pub/pubwin.c, src/rx/tcpring.c): a real publisher against a
  * channel played by hand (the window's size, the rule that an entry still taken holds the next
  * message back, the byte budget, acks out of order), a real channel against a publisher played by
  * hand (what it accepts, acks in order once every member released, and that it drops a publisher
  * breaking the rules), and a real publisher process streaming to a subscriber here with and
  * without the window. */
-#include "channel.h"
+#include "chan/channel.h"
 #include "harness.h"
-#include "publisher.h"
-#include "marshal.h"
+#include "pub/publisher.h"
+#include "proto/marshal.h"
 #include "rawproto.h"
-#include "wire.h"
+#include "base/wire.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -2,7 +2,7 @@
  * across re-anchorings; where the kernel itself runs on the TSC, the TSC mapping is really in
  * use after calibration. With EZ_NO_TELEMETRY: no clock, the constant mark 1. */
 #include "harness.h"
-#include "internal.h"
+#include "base/internal.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -1,8 +1,8 @@
 /* Sliding windows and the telemetry JSON snapshots, with an injected clock (every call is given
  * its now_ns). Built with EZ_NO_TELEMETRY, checks that everything reports zeros instead. */
 #include "harness.h"
-#include "internal.h"
-#include "telemetry.h"
+#include "base/internal.h"
+#include "base/telemetry.h"
 
 #include <math.h>
 #include <stddef.h>

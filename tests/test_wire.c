@@ -2,9 +2,9 @@
  * UUIDs, and the graph server's request framing (every command, whole and a byte at a time). */
 #include "harness.h"
 
-#include "gsparse.h"
-#include "internal.h"
-#include "wire.h"
+#include "proto/gsparse.h"
+#include "base/internal.h"
+#include "base/wire.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -33,6 +33,14 @@
 extern "C" {
 #endif
 
+/* Marks the functions of this API: the only names libezmsg.so exports (the library is compiled
+ * with hidden visibility; tests/symbols.sh checks the exported list against these). */
+#if defined(__GNUC__) || defined(__clang__)
+#define EZ_API __attribute__((visibility("default")))
+#else
+#define EZ_API
+#endif
+
 /* The ezmsg release whose wire protocol ezmsg-c speaks by default: its graph server announces this
  * version, and its clients speak to a server in the dialect that server's greeting names (below).
  */
@@ -93,7 +101,7 @@ extern "C" {
 /* The version of this library (libezmsg), e.g. "3.6.2": what `ezmsg --version` prints and
  * pkg-config reports. The ezmsg protocol versions it speaks are EZ_VERSION and
  * EZ_VERSION_PROFILING (above). Returns a static string; any thread. */
-const char *ez_version(void);
+EZ_API const char *ez_version(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Errors
@@ -119,7 +127,7 @@ enum {
 };
 
 /* Returns a static, human-readable name for an EZ_E* code (or "unknown error"). Any thread. */
-const char *ez_strerror(int err);
+EZ_API const char *ez_strerror(int err);
 
 /* ---------------------------------------------------------------------------------------------
  * Logging
@@ -133,7 +141,7 @@ typedef void (*ez_log_fn)(void *user, int level, const char *msg);
 /* Sets the process-wide log sink (NULL restores the default stderr sink) and the lowest level
  * that reaches it (default EZ_LOG_WARN; $EZMSG_LOG_LEVEL=debug|info|warn|error|off overrides the
  * default). Call before creating library objects; not synchronised with logging threads. */
-void ez_set_log_hook(ez_log_fn fn, void *user, int min_level);
+EZ_API void ez_set_log_hook(ez_log_fn fn, void *user, int min_level);
 
 /* ---------------------------------------------------------------------------------------------
  * Wire dialects
@@ -156,7 +164,7 @@ typedef struct ez_server ez_server;
 /* Starts a graph server on its own thread, listening on `address` (NULL: env, else default; port
  * 0 picks a free port). Returns once it accepts connections. EZ_EADDR if it cannot bind.
  * The caller owns *out and must ez_server_stop() it. Any thread. */
-int ez_server_start(const char *address, ez_server **out);
+EZ_API int ez_server_start(const char *address, ez_server **out);
 
 /* Options of ez_server_start_opts. Zero-initialise, then set what you need. */
 typedef struct ez_server_opts {
@@ -171,18 +179,18 @@ typedef struct ez_server_opts {
 
 /* ez_server_start with options (NULL: the defaults). EZ_EINVAL if max_clients < 0 or dialect is not
  * one of EZ_DIALECT_*. */
-int ez_server_start_opts(const char *address, const ez_server_opts *opts, ez_server **out);
+EZ_API int ez_server_start_opts(const char *address, const ez_server_opts *opts, ez_server **out);
 
 /* The address the server listens on ("host:port", port resolved). Owned by the server. */
-const char *ez_server_address(const ez_server *srv);
+EZ_API const char *ez_server_address(const ez_server *srv);
 
 /* Blocks until the server stops (a SHUTDOWN command or ez_server_stop from another thread).
  * Returns 0, or EZ_ETIMEDOUT if `timeout_ms` passed first. */
-int ez_server_wait(ez_server *srv, int timeout_ms);
+EZ_API int ez_server_wait(ez_server *srv, int timeout_ms);
 
 /* Stops the server (closing every client connection and unlinking every segment it created),
  * joins its thread and frees it. NULL is a no-op. Not from the server's own thread. */
-void ez_server_stop(ez_server *srv);
+EZ_API void ez_server_stop(ez_server *srv);
 
 /* ---------------------------------------------------------------------------------------------
  * One-shot graph requests (each opens its own connection to the graph server at `address`)
@@ -192,23 +200,24 @@ void ez_server_stop(ez_server *srv);
 
 /* Connects, reads the server's version string and hangs up. If `version` is non-NULL it receives
  * the version (truncated to `cap` bytes, NUL-terminated). */
-int ez_graph_ping(const char *address, char *version, size_t cap, int timeout_ms);
+EZ_API int ez_graph_ping(const char *address, char *version, size_t cap, int timeout_ms);
 
 /* Adds the edge from -> to. EZ_ECYCLIC if it would create a cycle (a self-edge is one). */
-int ez_graph_connect(const char *address, const char *from, const char *to, int timeout_ms);
+EZ_API int ez_graph_connect(const char *address, const char *from, const char *to, int timeout_ms);
 
 /* Removes the edge from -> to (absent edges are fine); nodes left unconnected are pruned. */
-int ez_graph_disconnect(const char *address, const char *from, const char *to, int timeout_ms);
+EZ_API int ez_graph_disconnect(const char *address, const char *from, const char *to,
+                               int timeout_ms);
 
 /* Asks every publisher to drain its buffers; returns when all have (they stay paused). */
-int ez_graph_sync(const char *address, int timeout_ms);
+EZ_API int ez_graph_sync(const char *address, int timeout_ms);
 
 /* Pauses / resumes every publisher of the graph. */
-int ez_graph_pause(const char *address, int timeout_ms);
-int ez_graph_resume(const char *address, int timeout_ms);
+EZ_API int ez_graph_pause(const char *address, int timeout_ms);
+EZ_API int ez_graph_resume(const char *address, int timeout_ms);
 
 /* Asks the graph server to stop. */
-int ez_graph_shutdown(const char *address, int timeout_ms);
+EZ_API int ez_graph_shutdown(const char *address, int timeout_ms);
 
 /* The topic graph: every topic and the topics it feeds. */
 typedef struct ez_graph_node {
@@ -223,14 +232,14 @@ typedef struct ez_graph {
 
 /* Fetches the topic graph (DAG command). On success *out is filled; free it with ez_graph_free.
  * EZ_EPROTO if the server's pickle is not one we accept. */
-int ez_graph_dag(const char *address, ez_graph *out, int timeout_ms);
+EZ_API int ez_graph_dag(const char *address, ez_graph *out, int timeout_ms);
 
 /* Frees what ez_graph_dag filled (not the struct itself). Safe on a zeroed struct. */
-void ez_graph_free(ez_graph *g);
+EZ_API void ez_graph_free(ez_graph *g);
 
 /* Renders a graph as text: fmt is "graphviz" or "mermaid". Returns a malloc'd string or NULL for
  * an unknown format / no memory. */
-char *ez_graph_format(const ez_graph *g, const char *fmt);
+EZ_API char *ez_graph_format(const ez_graph *g, const char *fmt);
 
 /* ---------------------------------------------------------------------------------------------
  * Shared-memory segments (through the graph server; the connection is the lease)
@@ -239,21 +248,21 @@ typedef struct ez_shm ez_shm;
 
 /* Asks the server to create a segment of `num_buffers` buffers with room for `buf_size` bytes
  * each, and maps it. The caller owns *out (ez_shm_close). */
-int ez_shm_create(const char *address, uint64_t num_buffers, uint64_t buf_size, ez_shm **out,
-                  int timeout_ms);
+EZ_API int ez_shm_create(const char *address, uint64_t num_buffers, uint64_t buf_size, ez_shm **out,
+                         int timeout_ms);
 
 /* Leases and maps the existing segment `name`. EZ_ENOENT if the server does not know it. */
-int ez_shm_attach(const char *address, const char *name, ez_shm **out, int timeout_ms);
+EZ_API int ez_shm_attach(const char *address, const char *name, ez_shm **out, int timeout_ms);
 
-const char *ez_shm_name(const ez_shm *s);
-uint64_t ez_shm_num_buffers(const ez_shm *s);
+EZ_API const char *ez_shm_name(const ez_shm *s);
+EZ_API uint64_t ez_shm_num_buffers(const ez_shm *s);
 /* Usable bytes of each buffer's data block (stride - 16). */
-uint64_t ez_shm_buffer_size(const ez_shm *s);
+EZ_API uint64_t ez_shm_buffer_size(const ez_shm *s);
 /* Data block of buffer i (NULL if i is out of range). */
-void *ez_shm_buffer(ez_shm *s, uint64_t i);
+EZ_API void *ez_shm_buffer(ez_shm *s, uint64_t i);
 
 /* Unmaps and releases the lease (the server unlinks the segment with its last lease). */
-void ez_shm_close(ez_shm *s);
+EZ_API void ez_shm_close(ez_shm *s);
 
 /* ---------------------------------------------------------------------------------------------
  * Context: one process's membership of a graph
@@ -282,18 +291,18 @@ typedef struct ez_context ez_context;
  * channel instead of num_buffers (default 8192, within 8 MiB beyond num_buffers; 0: off). A
  * window costs ~80 bytes per message of it on the channel's side, ~16 on the publisher's, and a
  * subscriber slower than its publisher falls that far behind before backpressure stops it. */
-int ez_context_open(const char *address, ez_context **out);
+EZ_API int ez_context_open(const char *address, ez_context **out);
 
 /* The graph server address in use. Owned by the context. */
-const char *ez_context_address(const ez_context *ctx);
+EZ_API const char *ez_context_address(const ez_context *ctx);
 
 /* True if this context runs the embedded graph server. */
-bool ez_context_owns_server(const ez_context *ctx);
+EZ_API bool ez_context_owns_server(const ez_context *ctx);
 
 /* Destroys every publisher and subscriber still open on the context, stops its I/O thread (and its
  * embedded server, if any) and frees it. No other thread may use the context or its objects
  * during or after this call. NULL is a no-op. */
-void ez_context_close(ez_context *ctx);
+EZ_API void ez_context_close(ez_context *ctx);
 
 /* ---------------------------------------------------------------------------------------------
  * Publishers
@@ -310,37 +319,37 @@ typedef struct ez_pub_opts {
 } ez_pub_opts;
 
 /* Fills opts with the defaults above. */
-void ez_pub_opts_init(ez_pub_opts *opts);
+EZ_API void ez_pub_opts_init(ez_pub_opts *opts);
 
 /* Creates a publisher on `topic` (opts may be NULL for defaults): registers it with the graph
  * server, obtains its segment and starts serving channels. Caller owns *out (ez_pub_destroy).
  * Any thread. */
-int ez_pub_create(ez_context *ctx, const char *topic, const ez_pub_opts *opts, ez_pub **out);
+EZ_API int ez_pub_create(ez_context *ctx, const char *topic, const ez_pub_opts *opts, ez_pub **out);
 
 /* Publishes `len` bytes: one copy into the next ring slot, then every subscriber is notified.
  * Blocks while that slot is still held by a subscriber (backpressure), while a TCP subscriber has
  * 8 MiB or more still to be written to its socket, or while the publisher is paused, up to
  * timeout_ms (EZ_ETIMEDOUT; nothing was sent). One publisher may be used by one thread at a time
  * (calls on the same publisher must not overlap). */
-int ez_publish(ez_pub *pub, const void *data, size_t len, int timeout_ms);
+EZ_API int ez_publish(ez_pub *pub, const void *data, size_t len, int timeout_ms);
 
 /* Zero-copy publish: waits (as ez_publish) for the next slot and returns a pointer to `len` bytes
  * of writable room in it. Finish with ez_pub_commit (sends, possibly fewer bytes) or
  * ez_pub_cancel. No other publish may start in between. */
-int ez_pub_loan(ez_pub *pub, size_t len, void **buf, int timeout_ms);
-int ez_pub_commit(ez_pub *pub, size_t len);
-void ez_pub_cancel(ez_pub *pub);
+EZ_API int ez_pub_loan(ez_pub *pub, size_t len, void **buf, int timeout_ms);
+EZ_API int ez_pub_commit(ez_pub *pub, size_t len);
+EZ_API void ez_pub_cancel(ez_pub *pub);
 
 /* Blocks until every message published so far has been released by every subscriber. */
-int ez_pub_flush(ez_pub *pub, int timeout_ms);
+EZ_API int ez_pub_flush(ez_pub *pub, int timeout_ms);
 
 /* The publisher's id (UUID string), topic, channel count and sent-message count. Any thread. */
-const char *ez_pub_id(const ez_pub *pub);
-const char *ez_pub_topic(const ez_pub *pub);
-size_t ez_pub_num_channels(ez_pub *pub);
+EZ_API const char *ez_pub_id(const ez_pub *pub);
+EZ_API const char *ez_pub_topic(const ez_pub *pub);
+EZ_API size_t ez_pub_num_channels(ez_pub *pub);
 
 /* Unregisters and frees the publisher; unacknowledged messages are abandoned. NULL: no-op. */
-void ez_pub_destroy(ez_pub *pub);
+EZ_API void ez_pub_destroy(ez_pub *pub);
 
 /* ---------------------------------------------------------------------------------------------
  * Subscribers
@@ -361,7 +370,7 @@ typedef struct ez_sub_opts {
  * publisher, so anything published after this returns is received. Caller owns *out. A publisher
  * that cannot be reached (or whose connection is cut later) is joined again in the background,
  * after 50 ms doubling to 2 s, while the graph server lists it; each first failure is logged. */
-int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, ez_sub **out);
+EZ_API int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, ez_sub **out);
 
 enum {
   EZ_MSG_RAW_PICKLE = 1 /* not a bytes payload: `bufs` hold the sender's pickle buffers */
@@ -388,25 +397,25 @@ typedef struct ez_msg {
 /* Waits up to timeout_ms for the next message and fills *msg with a zero-copy view. The message
  * holds its publisher's slot until ez_msg_release (backpressure). EZ_ETIMEDOUT / EZ_EAGAIN when
  * nothing came; EZ_ECONNLOST if the graph server went away. One thread at a time per subscriber. */
-int ez_recv(ez_sub *sub, ez_msg *msg, int timeout_ms);
+EZ_API int ez_recv(ez_sub *sub, ez_msg *msg, int timeout_ms);
 
 /* Releases a message from ez_recv. Any thread, once per message. */
-void ez_msg_release(ez_msg *msg);
+EZ_API void ez_msg_release(ez_msg *msg);
 
 /* Copying receive: copies up to `cap` bytes into buf, sets *len to the full payload length and
  * releases the message. EZ_EMSGSIZE (message consumed, *len set) if cap was too small. */
-int ez_recv_copy(ez_sub *sub, void *buf, size_t cap, size_t *len, int timeout_ms);
+EZ_API int ez_recv_copy(ez_sub *sub, void *buf, size_t cap, size_t *len, int timeout_ms);
 
 /* A file descriptor that polls readable while a message waits. Owned by the subscriber. */
-int ez_sub_fd(const ez_sub *sub);
+EZ_API int ez_sub_fd(const ez_sub *sub);
 
-const char *ez_sub_id(const ez_sub *sub);
-const char *ez_sub_topic(const ez_sub *sub);
+EZ_API const char *ez_sub_id(const ez_sub *sub);
+EZ_API const char *ez_sub_topic(const ez_sub *sub);
 
 /* Unregisters and frees the subscriber, releasing every message it still holds: views from
  * ez_recv that were not released become invalid and must not be released afterwards. Not while
  * another thread is in ez_recv on it. NULL: no-op. */
-void ez_sub_destroy(ez_sub *sub);
+EZ_API void ez_sub_destroy(ez_sub *sub);
 
 /* ---------------------------------------------------------------------------------------------
  * Profiling
@@ -417,11 +426,11 @@ void ez_sub_destroy(ez_sub *sub);
 /* Asks the graph server for the aggregated profile over the last `window_s` seconds (clamped to
  * [0, 10]). *json receives the document {"window_s", "publishers": [...], "channels": [...]}
  * (caller frees). */
-int ez_profile(const char *address, double window_s, char **json, int timeout_ms);
+EZ_API int ez_profile(const char *address, double window_s, char **json, int timeout_ms);
 
 /* Snapshot of this process's own publishers and channels, no server round trip; same document
  * shape. Any thread. */
-int ez_context_profile(ez_context *ctx, double window_s, char **json);
+EZ_API int ez_context_profile(ez_context *ctx, double window_s, char **json);
 
 typedef struct ez_latency {
   double avg_ms, max_ms, p50_ms, p99_ms;
@@ -502,13 +511,13 @@ typedef int (*ez_trace_fn)(void *user, const ez_trace_sample *s);
  * profiling dialect with ezmsg-c endpoints (polled), in the released dialect (3.9) with ezmsg-c
  * and Python endpoints (3.9's trace stream). Returns 0, EZ_ENOTSUP (ezmsg 3.7 / 3.8: no
  * profiling), or a connection error. Blocking; any thread. */
-int ez_trace(const char *address, const char *const *topics, size_t n_topics, ez_trace_fn fn,
-             void *user, volatile int *stop, int duration_ms);
+EZ_API int ez_trace(const char *address, const char *const *topics, size_t n_topics, ez_trace_fn fn,
+                    void *user, volatile int *stop, int duration_ms);
 
 /* Parses a profile document (ours or the Python reference's) into *out; absent fields are zero
  * or NULL. EZ_EPROTO if it is not such a document. Free with ez_profile_data_free. */
-int ez_profile_parse(const char *json, ez_profile_data *out);
-void ez_profile_data_free(ez_profile_data *p);
+EZ_API int ez_profile_parse(const char *json, ez_profile_data *out);
+EZ_API void ez_profile_data_free(ez_profile_data *p);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 /* `ezmsg serve` (a graph server in the foreground) and `ezmsg start` (one in the background). */
 #include "cli.h"
 #include "metrics.h"
-#include "wire.h"
+#include "base/wire.h"
 
 #include <dirent.h>
 #include <errno.h>

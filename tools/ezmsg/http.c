@@ -2,7 +2,7 @@
 #include "http.h"
 
 #include "cli.h"
-#include "wire.h"
+#include "base/wire.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -3,7 +3,7 @@
 #define EZ_CLI_TABLE
 #include "cli.h"
 
-#include "wire.h"
+#include "base/wire.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -1,0 +1,177 @@
+/* A channel's link to the graph server: its registration (CHANNEL, answered with the channel id
+ * and the publisher's address), then the PROFILE requests the server fans out to it. Everything
+ * here runs on the I/O thread and never blocks it: a slow or stopped graph server must not stall
+ * this process's other links (test_faults: test_rejoin_with_server_stopped). */
+#include "chan/channel.h"
+#include "proto/regframe.h"
+#include "sub/subscriber.h"
+#include "proc/tracectl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+void ezi_chan_graph_close(chan *c) {
+  if (c->gw.fd < 0) return;
+  ezi_loop_del(&c->gw);
+  ezi_outbox_close(c->ctx, &c->gout);
+  close(c->gw.fd);
+  c->gw.fd = -1;
+  ezi_buf_free(&c->gin);
+}
+
+static void on_register(chan *c, uint32_t ev);
+
+/* A trace poll: the channel's subscribers are traced a while more, and what they recorded goes
+ * with the channel's answer, as "trace": {"samples": [...], "dropped": n}. */
+static void trace_members(chan *c, json_t *j) {
+  json_t *all = NULL;
+  uint64_t dropped = 0;
+  pthread_mutex_lock(&c->mu);
+  size_t n = c->n_subs;
+  ez_sub **subs = malloc((n ? n : 1) * sizeof *subs);
+  for (size_t i = 0; subs && i < n; i++)
+    subs[i] = c->subs[i]->gone ? NULL : ezi_chan_sub_owner(c->subs[i]);
+  pthread_mutex_unlock(&c->mu);
+  for (size_t i = 0; subs && i < n; i++) { /* (the I/O thread: none is destroyed meanwhile) */
+    if (!subs[i]) continue;
+    ezi_trace *t =
+        ezi_tracectl_poll(c->ctx, &subs[i]->trace, ez_sub_topic(subs[i]), ez_sub_id(subs[i]));
+    json_t *o = ezi_tracectl_json(t);
+    if (!o) continue;
+    if (!all) all = json_array();
+    json_array_extend(all, json_object_get(o, "samples"));
+    dropped += (uint64_t)json_integer_value(json_object_get(o, "dropped"));
+    json_decref(o);
+  }
+  free(subs);
+  json_object_set_new(
+      j, "trace",
+      json_pack("{sosI}", "samples", all ? all : json_array(), "dropped", (json_int_t)dropped));
+}
+
+static void on_graph(ezi_watch *w, uint32_t ev) {
+  chan *c = w->arg;
+  if (c->state == CH_REGISTERING) return on_register(c, ev);
+  if (ev & EPOLLOUT) ezi_outbox_flush(&c->gout);
+  if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
+  long n;
+  while ((n = ezi_buf_fill(&c->gin, w->fd, 4096)) > 0) {
+    while (ezi_buf_pending(&c->gin) >= 9 && ezi_buf_head(&c->gin)[0] == EZI_PROFILE) {
+      uint64_t ms = ezi_get_u64le(ezi_buf_head(&c->gin) + 1);
+      ezi_buf_consume(&c->gin, 9);
+      bool poll = ms >= EZI_TRACE_POLL_MS; /* `ezmsg profile --trace` (base/trace.h) */
+      json_t *j = ezi_chan_profile(c, (double)(poll ? ms - EZI_TRACE_POLL_MS : ms) / 1000.0);
+      if (poll) trace_members(c, j);
+      ezi_outbox_put_profile(c->ctx, &c->gout, j);
+    }
+    if (ezi_buf_pending(&c->gin) && ezi_buf_head(&c->gin)[0] != EZI_PROFILE) {
+      EZI_WARN("channel %s: unknown command %u from the graph server", c->id,
+               ezi_buf_head(&c->gin)[0]);
+      ezi_buf_consume(&c->gin, 1);
+    }
+  }
+  if (n < 0) ezi_chan_graph_close(c);
+}
+
+/* Registration at the graph server runs on the I/O thread without blocking it (a slow or stopped
+ * server must not stall this process's other links): connect, send CHANNEL + pub_id, read the
+ * server's version, COMPLETE, the channel id and the publisher's address, each as it arrives.
+ * The connection then stays open as the channel's graph link (PROFILE). */
+static void registered(chan *c, const char *addr);
+
+static void reg_fail(chan *c, int rc) {
+  if (c->hs_timer) ezi_loop_cancel(c->ctx->loop, c->hs_timer);
+  c->hs_timer = 0;
+  if (rc != EZ_ENOENT)
+    EZI_WARN("channel for publisher %s: registration at the graph server failed: %s", c->pub_id,
+             ez_strerror(rc));
+  ezi_chan_link_done(c, rc); /* its subscribers leave (and try again); it may be gone */
+}
+
+static void reg_timeout(void *arg) {
+  chan *c = arg;
+  c->hs_timer = 0;
+  reg_fail(c, EZ_ETIMEDOUT);
+}
+
+static void on_register(chan *c, uint32_t ev) {
+  if (!c->reg_sent) {
+    if (!(ev & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(c->gw.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err)
+      return reg_fail(c, EZ_ENOSERVER);
+    c->reg_sent = true;
+    ezi_loop_mod(&c->gw, EPOLLIN | EPOLLRDHUP);
+    ezi_buf b = {0};
+    ezi_buf_put_u8(&b, EZI_CHANNEL);
+    ezi_buf_put_cstr(&b, c->pub_id);
+    ezi_buf_put_u8(&b, EZI_X_CLIENT); /* "an ezmsg-c channel" (wire.h) */
+    bool ok = b.data && ezi_outbox_put(c->ctx, &c->gout, b.data, b.len);
+    ezi_buf_free(&b);
+    if (!ok) return reg_fail(c, EZ_ENOMEM);
+    return;
+  }
+  if ((ev & EPOLLOUT) && ezi_outbox_flush(&c->gout)) return reg_fail(c, EZ_ECONNLOST);
+  if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
+  long n;
+  while ((n = ezi_buf_fill(&c->gin, c->gw.fd, 1024)) > 0) {
+    ezi_reg_answer a;
+    int st = ezi_reg_parse(ezi_buf_head(&c->gin), ezi_buf_pending(&c->gin), &a);
+    if (st < 0) return reg_fail(c, st);
+    if (st == 0) continue; /* more to come */
+    char addr[EZI_REG_MAX_STR + 1];
+    memcpy(c->id, a.id, 36);
+    c->id[36] = 0;
+    memcpy(addr, a.addr, a.addr_len);
+    addr[a.addr_len] = 0;
+    ezi_buf_consume(&c->gin, a.used);
+    return registered(c, addr);
+  }
+  if (n < 0) /* hung up before the whole answer */
+    reg_fail(c, ezi_reg_hangup(ezi_buf_head(&c->gin), ezi_buf_pending(&c->gin)));
+}
+
+/* The server answered: attach to the publisher in this process (ready now) or start the
+ * handshake with the remote one. */
+static void registered(chan *c, const char *addr) {
+  if (c->hs_timer) ezi_loop_cancel(c->ctx->loop, c->hs_timer);
+  c->hs_timer = 0;
+  ez_pub *local = ezi_ctx_find_pub(c->ctx, c->pub_id);
+  if (local) {
+    c->nbuf = ezi_pub_num_buffers(local);
+    pthread_mutex_lock(&c->mu);
+    c->local_pub = local;
+    c->mode = "local";
+    pthread_mutex_unlock(&c->mu);
+    ezi_chan_link_done(c, 0); /* attaches it to the publisher */
+    return;
+  }
+  c->state = CH_CONNECTING;
+  c->remote = true;
+  int rc = ezi_chan_link_start(c, addr);
+  if (rc) ezi_chan_link_done(c, rc);
+}
+
+int ezi_chan_reg_start(chan *c) {
+  char host[256];
+  uint16_t port;
+  if (ezi_addr_parse(c->ctx->server_addr, host, &port)) return EZ_EADDR;
+  bool connected = false;
+  int fd = ezi_tcp_connect_start(host, port, &connected);
+  if (fd < 0) return fd;
+  c->gw = (ezi_watch){.fd = fd, .fn = on_graph, .arg = c};
+  ezi_outbox_init(&c->gout, &c->gw, EPOLLIN | EPOLLRDHUP);
+  if (ezi_loop_add(c->ctx->loop, &c->gw, EPOLLOUT | EPOLLIN | EPOLLRDHUP)) {
+    close(fd);
+    c->gw.fd = -1;
+    return EZ_ESYS;
+  }
+  c->hs_timer = ezi_loop_timer(
+      c->ctx->loop, ezi_now_ns() + (uint64_t)EZ_DEFAULT_TIMEOUT_MS * 1000000u, reg_timeout, c);
+  return 0;
+}

@@ -1,0 +1,173 @@
+/* The publisher's private state, shared by publisher.c (creation, publish, backpressure) and
+ * pubserve.c (its channel server and graph link, on the I/O thread). */
+#ifndef EZI_PUBLISHER_H
+#define EZI_PUBLISHER_H
+
+#include "base/acceptor.h"
+#include "core/context.h"
+#include "base/trace.h"
+#include "proto/shmring.h"
+
+enum { PC_HANDSHAKE, PC_AWAIT_SHM, PC_READY };
+
+/* A channel connection must finish its handshake this soon after it was accepted, or it is
+ * closed: silent connections must not hold descriptors forever (pubserve.c). */
+#define EZI_PUB_HS_MS EZ_DEFAULT_TIMEOUT_MS
+
+/* Acks a window keeps before it frees entries on the I/O thread (pubwin.c). */
+#define EZI_WIN_MARKS 8
+
+struct pub_chan {
+  ez_pub *pub;
+  ezi_watch w;
+  ezi_buf in;
+  ezi_outbox out;
+  int state;
+  uint64_t hs_timer; /* the handshake's deadline (EZI_PUB_HS_MS from the accept), 0: none */
+  char id[37];
+  uint64_t pid;
+  bool shm_ok;
+  uint64_t *t0;  /* lease start per slot (0: not held) */
+  uint32_t held; /* slots it holds (pub->mu) */
+  /* The shared-memory ring with an ezmsg-c channel that asked for one (shmring.h; pub->mu). */
+  bool ring_wanted;  /* X_HELLO came: switch once it holds nothing */
+  bool ring_on;      /* notices go through `ring`; its entries' refs say what it holds */
+  bool ring_cut;     /* the ring was truncated: its connection was shut down (publisher.c) */
+  uint32_t ring_gen; /* the segment generation it was last told about */
+  ezi_ring ring;
+  char ring_name[EZI_SHM_NAME_MAX + 1];
+  /* The TCP window with an ezmsg-c channel that asked for one (pubwin.c; pub->mu): its TX_TCP
+   * messages hold no slot; messages [win_first, win_next) are unacknowledged, entry
+   * msg_id % win_max each. Acks are cumulative; the I/O thread records them as marks, and the
+   * entries are freed by whoever looks next (mostly the publishing thread, whose lines they are).
+   */
+  bool win_wanted; /* X_WIN_ASK came: switch once it holds nothing, if it is on TCP */
+  bool win_on;
+  bool x_tcp;       /* X_TCP_ASK came: its window's messages go as X_TCP frames (wire.h) */
+  uint32_t win_max; /* the window's size */
+  uint32_t n_marks; /* acks not applied to the entries yet */
+  uint64_t win_first, win_next; /* the oldest unacknowledged message; the next to send */
+  uint64_t win_bytes;           /* the unacknowledged messages' bytes (frames' bodies) */
+  uint64_t *win_t0;             /* per entry: when it was sent */
+  uint64_t *win_len;            /* per entry: its bytes */
+  struct ezi_win_mark {
+    uint64_t to, at; /* every message before `to` was acknowledged by time `at` */
+  } marks[EZI_WIN_MARKS];
+};
+
+struct ez_pub {
+  ez_context *ctx;
+  char id[37];
+  char *topic;
+  ez_pub_opts opts;
+  uint32_t nbuf;
+  ezi_trace *trace;        /* atomic: set once a tool traces it (trace.h), else NULL */
+  uint64_t loan_wait_from; /* a loan's wait for its slot, while traced (0: none) */
+
+  /* graph link (I/O thread) */
+  ezi_watch gw;
+  ezi_buf gin;
+  ezi_outbox gout;
+  bool graph_lost; /* pub->mu */
+  bool registered; /* pub->mu: the server's COMPLETE to PUBLISH arrived */
+
+  /* channel server (I/O thread) */
+  ezi_watch lw;
+  ezi_acceptor acc; /* accepts on lw without spinning when out of descriptors */
+  char acc_who[96];
+  uint16_t port;
+
+  pthread_mutex_t mu; /* everything below */
+  pthread_cond_t cv;
+  int waiters;
+  int64_t want; /* the slot a waiting publisher needs, -1: any change (flush, pause) */
+  ezi_seg *seg;
+  uint32_t seg_gen; /* how many times seg was replaced (grown) */
+  bool shm_real;    /* seg is the server's segment, mapped here too */
+  uint64_t next_id;
+  uint32_t *leases;   /* channels on TX_SHM / TX_TCP holding each slot (the local channel and ring
+                       * channels: local_t0 / pc->t0 and their entries' counts) */
+  uint64_t *slot_msg; /* msg id currently in each slot */
+  bool running, sync_pending, closing, loaned;
+  size_t loan_len;
+  pub_chan **chans;
+  size_t n_chans;
+  chan *local;
+  uint64_t *local_t0;
+  /* Segments replaced by a grow, kept (with their server leases) until every message sent while
+   * they were current has been released: a channel that has not read its TX_SHM yet must still
+   * be able to attach them, and local views still point into them. */
+  ezi_seg_chain *retired;
+  uint32_t spin_score; /* how often polling for a local slot paid off (0..1024) */
+  uint32_t since_probe;
+  uint64_t total_msgs, total_bytes, in_flight;
+  int win_waiters;   /* publishing threads asleep for a TCP window (pubwin.c) */
+  uint64_t win_need; /* the last one's message size */
+  bool win_kicked;   /* they were woken since the last one went to sleep */
+  /* Messages and bytes, and lease durations (telemetry.h; allocations of their own), and which
+   * messages are stamped (telclock.h). */
+  ezi_window *tel_msgs, *tel_bp;
+  ezi_stamper stamps;
+  uint64_t msgs_seen, bytes_seen; /* the totals when tel_msgs last had them (the rest: unstamped) */
+  /* Hot buffers for large messages only this process reads (pubhot.c). */
+  struct ezi_hot {
+    uint8_t *p;
+    size_t cap;
+    uint64_t msg; /* the message it holds, if used */
+    bool used;
+  } hot[2];
+  int hot_last; /* the one used last */
+};
+
+/* pubhot.c (p->mu held): a buffer to copy message id's len payload bytes into instead of its slot,
+ * or NULL (use the slot): only with no remote channel, for messages of at least EZI_HOT_MIN
+ * bytes, and while the local members released one of the two buffers. ezi_pub_hot_hand_over: the
+ * buffers go to the local channel (out[2]; it frees them), the publisher is going away.
+ * ezi_pub_hot_reset: the local channel left (its members released everything). ezi_pub_hot_free:
+ * at the publisher's end. */
+#define EZI_HOT_MIN 65536
+uint8_t *ezi_pub_hot_take(ez_pub *p, uint64_t id, size_t len);
+void ezi_pub_hot_hand_over(ez_pub *p, uint8_t **out);
+void ezi_pub_hot_reset(ez_pub *p);
+void ezi_pub_hot_free(ez_pub *p);
+
+/* pubdebug.c: writes to buf (cap bytes, NUL-terminated, cut short if need be) what p waits for:
+ * its next slot, who holds it, each channel's mode, outbox and shared ring words. Returns the
+ * length written. Takes p->mu and each outbox's lock (the caller holds neither). For a publish
+ * that timed out (tests print it). */
+size_t ezi_pub_describe(ez_pub *p, char *buf, size_t cap);
+
+/* pubserve.c */
+int ezi_pub_serve_start(ez_pub *pub, int graph_fd, int listen_fd);
+void ezi_pub_serve_stop(ez_pub *pub);
+/* Frees the lease of remote channel `pc` on msg_id. pub->mu held. */
+void ezi_pub_free_locked(ez_pub *pub, pub_chan *pc, uint64_t msg_id, uint64_t now);
+/* Sends COMPLETE for a pending SYNC once every slot is free. pub->mu held. */
+void ezi_pub_check_sync(ez_pub *pub);
+/* A ring channel's receivers freed a slot the publisher sleeps for (its RX_ACK), or the channel
+ * closes: wakes the publisher (which collects what was freed) and answers a pending SYNC that
+ * is now complete. pub->mu held. */
+void ezi_pub_ring_wake(ez_pub *pub);
+/* Channel pc closes: its ring's slots are freed and the ring unmapped. pub->mu held. */
+void ezi_pub_ring_close(ez_pub *pub, pub_chan *pc, uint64_t now);
+
+/* pubwin.c, the TCP window with an ezmsg-c channel (pub->mu held for all).
+ * ezi_win_start: channel pc asked for a window, holds nothing and gets TX_TCP: from the next
+ * message on, announced by X_WIN, its messages count in the window instead of leasing slots.
+ * Stays as it was if it cannot (no memory, a window no larger than num_buffers, a dead link).
+ * ezi_win_full: the next message, of `bytes` bytes on the wire, must wait for some channel's
+ * window; ezi_win_chan_full: pc's does (pc->win_on). ezi_win_sent: message id, of `bytes` bytes,
+ * went to pc at `now`. ezi_win_ack: pc's RX_ACK for id, which in a window acknowledges every
+ * message up to id (a stale or unknown id is ignored). ezi_win_collect: frees the entries of every
+ * ack so far (then in_flight is exact). ezi_win_busy: some window has messages unacknowledged.
+ * ezi_win_close: pc closes; what it had unacknowledged counts as freed. */
+void ezi_win_start(ez_pub *pub, pub_chan *pc);
+bool ezi_win_full(ez_pub *pub, uint64_t bytes);
+bool ezi_win_chan_full(ez_pub *pub, pub_chan *pc, uint64_t bytes);
+void ezi_win_sent(ez_pub *pub, pub_chan *pc, uint64_t id, uint64_t bytes, uint64_t now);
+void ezi_win_ack(ez_pub *pub, pub_chan *pc, uint64_t id, uint64_t now);
+void ezi_win_collect(ez_pub *pub);
+bool ezi_win_busy(ez_pub *pub);
+void ezi_win_close(ez_pub *pub, pub_chan *pc, uint64_t now);
+
+#endif

@@ -1,0 +1,175 @@
+/* Ring mode: the channel of a remote ezmsg-c publisher that notifies through a shared ring
+ * (shmring.h, docs/architecture.md). The channel then works as an in-process one (localchan.c)
+ * whose "publisher" is whoever pulls the ring's new entries into the channel's own ring: a
+ * receiver that finds nothing (trylock; it must not wait while holding its subscriber's lock), or
+ * the I/O thread when a TX_SHM frame wakes it. Whatever the ring says is checked before use. */
+#include "chan/channel.h"
+#include "base/shmguard.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SEQ __ATOMIC_SEQ_CST
+
+/* I/O thread: signals the waiting members of every ring channel (a receiver that pulled could
+ * not). Channels are created and destroyed on this thread only, so the list is stable here. */
+static void resignal_task(void *arg) {
+  ez_context *ctx = arg;
+  __atomic_store_n(&ctx->resignal_posted, 0, SEQ);
+  for (size_t i = 0; i < ctx->n_chans; i++) {
+    chan *c = ctx->chans[i];
+    if (!c->ring_on) continue;
+    pthread_mutex_lock(&c->pull_mu);
+    ezi_lchan_signal_all(c);
+    pthread_mutex_unlock(&c->pull_mu);
+  }
+}
+
+void ezi_lchan_resignal(ez_context *ctx) {
+  if (__atomic_exchange_n(&ctx->resignal_posted, 1, SEQ)) return; /* one is on its way */
+  if (ezi_loop_post(ctx->loop, resignal_task, ctx)) {
+    __atomic_store_n(&ctx->resignal_posted, 0, SEQ);
+    EZI_ERROR("out of memory: a subscriber waits for a message it was not told of");
+  }
+}
+
+/* Gives ring entry idx back to the publisher; wakes it (an RX_ACK) if it sleeps for it. */
+bool ezi_ring_chan_drop(chan *c, uint32_t idx, uint64_t now) {
+  ezi_ring_entry *e = &c->ring.e[idx];
+  __atomic_store_n(&e->freed_at, now, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->refs, 0, SEQ);
+  uint32_t w = __atomic_load_n(&c->ring.h->pub_wants, SEQ);
+  return w == EZI_LWANT_ANY || w == idx + 1;
+}
+
+void ezi_ring_chan_ack(chan *c, uint64_t msg_id) {
+  uint8_t b[9] = {EZI_RX_ACK};
+  ezi_put_u64le(b + 1, msg_id);
+  ezi_outbox_put_now(c->ctx, &c->acks, b, sizeof b);
+}
+
+void ezi_ring_chan_free(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now) {
+  if (ezi_ring_chan_drop(c, idx, now)) ezi_ring_chan_ack(c, msg_id);
+}
+
+static ezi_seg *gseg_find(chan *c, uint32_t gen) {
+  for (size_t i = 0; i < sizeof c->gseg / sizeof c->gseg[0]; i++)
+    if (c->gseg[i].seg && c->gseg[i].gen == gen) return c->gseg[i].seg;
+  return NULL;
+}
+
+/* Maps generation gen to seg (pull_mu held), replacing the oldest generation if all are taken
+ * (messages still held keep their own references). */
+static void gseg_add(chan *c, uint32_t gen, ezi_seg *seg) {
+  if (gseg_find(c, gen)) return;
+  size_t k = 0;
+  for (size_t i = 1; i < sizeof c->gseg / sizeof c->gseg[0]; i++)
+    if (!c->gseg[i].seg || (c->gseg[k].seg && c->gseg[i].gen < c->gseg[k].gen)) k = i;
+  ezi_seg_unref(c->gseg[k].seg);
+  ezi_seg_ref(seg);
+  c->gseg[k].gen = gen;
+  c->gseg[k].seg = seg;
+}
+
+static void ring_broken(chan *c, const char *why) {
+  if (!ezi_ring_chan_bad(c))
+    EZI_WARN_RL("channel %s: the shared ring of publisher %s %s; dropping the link", c->id,
+                c->pub_id, why);
+  __atomic_store_n(&c->ring_bad, true, __ATOMIC_RELAXED);
+}
+
+/* One pass (pull_mu held): true if it brought anything; *stuck if a message waits for its
+ * segment to be attached. */
+static bool pull_locked(chan *c, ez_sub *self, bool *stuck) {
+  bool any = false;
+  uint64_t p = __atomic_load_n(&c->ring.h->published, __ATOMIC_ACQUIRE);
+  uint64_t id = __atomic_load_n(&c->published, __ATOMIC_RELAXED), now = 0;
+  if (ezi_guard_tripped(&c->ring.tripped))
+    ring_broken(c, "was truncated under this process");
+  else if (p < id || p - id > c->nbuf)
+    ring_broken(c, "announced messages out of its range");
+  for (; id < p && !ezi_ring_chan_bad(c); id++) {
+    uint32_t idx = (uint32_t)(id % c->nbuf);
+    const ezi_ring_entry *e = &c->ring.e[idx];
+    /* The publisher's memory: each word read once (a plain load), then only that is used. */
+    uint32_t gen = __atomic_load_n(&e->gen, __ATOMIC_RELAXED);
+    uint64_t eid = __atomic_load_n(&e->msg_id, __ATOMIC_RELAXED);
+    uint64_t t0 = __atomic_load_n(&e->t0, __ATOMIC_RELAXED);
+    ezi_seg *seg = gseg_find(c, gen);
+    if (!seg) { /* a new segment: the I/O thread attaches it when its TX_SHM comes */
+      *stuck = true;
+      break;
+    }
+    if (__atomic_load_n(&c->ls[idx].refs, __ATOMIC_ACQUIRE)) { /* pairs with slot_unref */
+      ring_broken(c, "reused a slot this process still holds");
+      break;
+    }
+    ezi_unmarshalled um;
+    if (eid != id || ezi_unmarshal(ezi_seg_data(seg, idx), ezi_seg_room(seg), &um) ||
+        um.msg_id != id || um.raw_pickle) {
+      ring_broken(c, ezi_guard_tripped(&seg->shm.tripped)
+                         ? "names a segment that was truncated under this process"
+                         : "holds a message that is not the one announced");
+      break;
+    }
+    if (!ezi_lchan_put(c, id, um.payload, um.payload_len, t0, seg, self)) {
+      if (!now) now = ezi_tel_now();
+      ezi_ring_chan_free(c, idx, id, now); /* nobody to take it */
+    }
+    any = true;
+  }
+  return any;
+}
+
+bool ezi_lchan_pull(chan *c, ez_sub *self, bool block) {
+  bool any = false;
+  for (;;) {
+    if (block)
+      pthread_mutex_lock(&c->pull_mu);
+    else if (pthread_mutex_trylock(&c->pull_mu))
+      return any; /* someone else pulls: it looks again after unlocking (below) */
+    bool stuck = false;
+    any |= pull_locked(c, self, &stuck);
+    pthread_mutex_unlock(&c->pull_mu);
+    /* A receiver that found the lock taken went to sleep counting on the holder: look again
+     * for what was put meanwhile (the publisher did not wake anyone for it). */
+    __atomic_thread_fence(SEQ);
+    if (stuck || ezi_ring_chan_bad(c) ||
+        __atomic_load_n(&c->ring.h->published, SEQ) == __atomic_load_n(&c->published, SEQ))
+      return any;
+  }
+}
+
+void ezi_lchan_ring_seg(chan *c, uint64_t msg_id) {
+  pthread_mutex_lock(&c->pull_mu);
+  const ezi_ring_entry *e = &c->ring.e[msg_id % c->nbuf];
+  uint64_t eid = __atomic_load_n(&e->msg_id, __ATOMIC_RELAXED);
+  uint32_t gen = __atomic_load_n(&e->gen, __ATOMIC_RELAXED);
+  if (eid == msg_id && c->seg) gseg_add(c, gen, c->seg);
+  pthread_mutex_unlock(&c->pull_mu);
+}
+
+int ezi_lchan_ring_start(chan *c, const char *name, size_t n, uint64_t start_id) {
+  if (c->ring_on || c->local_pub || !c->seg) return EZ_EPROTO;
+  int rc = ezi_ring_attach(name, n, c->nbuf, &c->ring);
+  if (rc) return rc;
+  if (!(c->ls = ezi_lchan_ring_new(c->lsn = c->nbuf))) {
+    ezi_ring_detach(&c->ring);
+    return EZ_ENOMEM;
+  }
+  pthread_mutex_lock(&c->pull_mu);
+  c->ring_on = true; /* segments are mapped to generations as TX_SHM frames name them */
+  c->mode = "shm";
+  rc = ezi_lchan_attach(c, start_id); /* nothing is held: the publisher waited for that */
+  pthread_mutex_unlock(&c->pull_mu);
+  if (rc) return rc;
+  ezi_lchan_pull(c, NULL, true); /* what came already */
+  return 0;
+}
+
+void ezi_lchan_ring_free(chan *c) {
+  if (!c->ring_on) return;
+  for (size_t i = 0; i < sizeof c->gseg / sizeof c->gseg[0]; i++)
+    ezi_seg_unref(c->gseg[i].seg);
+  ezi_ring_detach(&c->ring);
+}

@@ -1,0 +1,90 @@
+/* A subscriber's private state, shared by subscriber.c (the notice queue, recv, creation and
+ * destruction) and sublink.c (its graph link: UPDATEs, joining and leaving channels, and the
+ * supervision that joins a failed link again). */
+#ifndef EZI_SUBSCRIBER_H
+#define EZI_SUBSCRIBER_H
+
+#include "core/context.h"
+#include "base/trace.h"
+
+struct note {
+  chan_sub *cs;
+  uint64_t msg_id;
+};
+
+typedef struct link {
+  char pub_id[37];
+  chan_sub *cs;      /* NULL while waiting to join again */
+  uint64_t retry_at; /* with cs NULL: when to join again (0: not scheduled, the server said the
+                      * publisher is unknown; the next UPDATE listing it retries) */
+  unsigned failures; /* in a row; reset by a join that completes */
+  bool retry_join;   /* cs is a retry's join, still shaking hands (not counted in joins_pending) */
+  chan_sub **dead;   /* memberships of cut channels whose messages the user still views */
+  size_t n_dead;
+} pub_link;
+
+struct ez_sub {
+  ez_context *ctx;
+  char id[37];
+  char *topic, *handle;
+  ezi_trace *trace;   /* atomic: set once a tool traces it (trace.h), else NULL */
+  uint32_t max_queue; /* leaky: at most this many messages wait for it (0: not leaky) */
+  uint64_t dropped;   /* atomic, written under mu: messages a leaky subscriber dropped */
+  /* graph link (I/O thread) */
+  ezi_watch gw;
+  ezi_buf gin;
+  ezi_outbox gout;
+  pub_link *links;
+  size_t n_links;
+  size_t joins_pending; /* channels of the current UPDATE still shaking hands */
+  uint64_t retry_timer; /* the loop timer that joins failed links again (0: none) */
+  /* queue (mu) */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int waiters;
+  note *q;
+  size_t head, n, cap;
+  int efd;
+  bool efd_set, initialized, lost, closing;
+  bool wake_pending;    /* a batch is being queued: signal once it is all there */
+  uint32_t pushed;      /* atomic, written under mu: notices ever queued (what a polling receiver
+                         * watches) */
+  chan_sub **locals;    /* memberships of local channels (mu) */
+  size_t n_locals, lrr; /* lrr: where the next local take starts looking */
+  bool rr;              /* alternates between queued notices and local channels */
+  char pad0_[64];       /* local publishers read want_signal per message: a line of its own */
+  uint32_t want_signal; /* atomic: a local publisher must signal (cv, efd) at its next message */
+  char pad1_[64];
+  /* the receiving thread's own (one thread at a time per subscriber) */
+  uint64_t received;    /* atomic, one writer (the receiving thread): messages ez_recv gave out */
+  bool local_recent;    /* the last message came from a publisher in this process */
+  uint32_t spin_score;  /* how often polling found a message: 0..1024, a moving average */
+  uint32_t since_probe; /* waits since the last poll */
+};
+
+/* subscriber.c: signals a receiver (eventfd, condition variable) that the queue is not empty or
+ * the subscriber is lost. s->mu held. */
+void ezi_sub_signal_ready(ez_sub *s);
+
+/* localchan.c (s->mu held): true if a local channel has a message for s; takes the next one
+ * into m (round robin over the channels). */
+bool ezi_lchan_ready(ez_sub *s);
+/* Asks the publishers of s's ring channels for a wake-up at their next message (s->mu held). */
+void ezi_lchan_arm(ez_sub *s);
+/* (With a leaky subscriber, what its member has waiting beyond max_queue is dropped first, the
+ * oldest: *d gets what ezi_lchan_trim_done must finish once s->mu is unlocked.) */
+bool ezi_lchan_take(ez_sub *s, ez_msg *m, ezi_ldrops *d);
+/* localchan.c (s->mu held): true if a member that left or was cut still has messages to take. */
+bool ezi_lchan_draining(ez_sub *s);
+/* localchan.c: ends the memberships s left that still drain what they had queued (a TCP ring's
+ * members keep delivering that after they left): their messages and views are released. The
+ * subscriber is being destroyed; I/O thread, s->mu not held. */
+void ezi_lchan_purge(ez_sub *s);
+
+/* sublink.c: the graph link's event handler (I/O thread). */
+void ezi_sub_on_graph(ezi_watch *w, uint32_t ev);
+/* sublink.c: closes the graph link, stops the retries and leaves every channel (views end: the
+ * subscriber is being destroyed). I/O thread. */
+void ezi_sub_links_close(ez_sub *s);
+
+#endif
