@@ -6,10 +6,12 @@
  * with the newest kept (the last one taken is the last one sent). */
 #include "harness.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -75,10 +77,14 @@ static void test_leaky_local(void **state) {
 static char g_mode[16];
 static int g_done[2], g_drained[2]; /* child -> parent: sent all; parent -> child: took them */
 
-/* The child: N messages on `topic` as fast as it can, each publish bounded by 2 s (a held-back
- * publisher fails); then, once the parent took what waits, a flush (everything released, taken
- * or dropped) before it exits 0. */
+/* The child: once the parent's subscriber has joined, N messages on `topic` as fast as it can,
+ * each publish bounded by 2 s (a held-back publisher fails); then, once the parent took what
+ * waits, a flush (everything released, taken or dropped) before it exits 0. It is forked before
+ * the parent opens a context: a child of a process with threads may find a lock held forever. */
 static void child(const char *topic) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  close(g_done[0]);
+  close(g_drained[1]);
   if (!strcmp(g_mode, "notice")) setenv(EZ_SHM_RING_ENV, "0", 1);
   if (!strcmp(g_mode, "tcp")) setenv(EZ_TCP_WINDOW_ENV, "0", 1);
   ez_context *ctx;
@@ -89,8 +95,10 @@ static void child(const char *topic) {
   po.force_tcp = !strncmp(g_mode, "tcp", 3);
   ez_pub *p;
   if (ez_pub_create(ctx, topic, &po, &p)) _exit(3);
-  while (ez_pub_num_channels(p) < 1)
+  for (int i = 0; ez_pub_num_channels(p) < 1; i++) {
+    if (i == 6000) _exit(7); /* no subscriber joined in 30 s */
     th_sleep_ms(5);
+  }
   for (uint64_t i = 0; i < N; i++)
     if (ez_publish(p, &i, sizeof i, 2000)) _exit(4);
   char b = 1;
@@ -100,34 +108,44 @@ static void child(const char *topic) {
   _exit(0);
 }
 
+/* Waits up to ms for a byte (or the end) on fd: 1 a byte, 0 the end or the time out. */
+static int wait_byte(int fd, int ms) {
+  struct pollfd pf = {.fd = fd, .events = POLLIN};
+  char b;
+  return poll(&pf, 1, ms) == 1 && read(fd, &b, 1) == 1;
+}
+
 static void remote(const char *mode) {
   snprintf(g_mode, sizeof g_mode, "%s", mode);
+  char topic[64];
+  snprintf(topic, sizeof topic, "/leaky/%s", mode);
+  assert_int_equal(pipe(g_done), 0);
+  assert_int_equal(pipe(g_drained), 0);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t kid = fork();
+  assert_true(kid >= 0);
+  if (kid == 0) child(topic);
+  close(g_done[1]);
+  close(g_drained[0]);
   if (!strcmp(mode, "notice")) setenv(EZ_SHM_RING_ENV, "0", 1);
   if (!strcmp(mode, "tcp")) setenv(EZ_TCP_WINDOW_ENV, "0", 1);
   ez_context *ctx;
   assert_int_equal(ez_context_open(th_addr, &ctx), 0);
   unsetenv(EZ_SHM_RING_ENV);
   unsetenv(EZ_TCP_WINDOW_ENV);
-  char topic[64];
-  snprintf(topic, sizeof topic, "/leaky/%s", mode);
   ez_sub *s = leaky_sub(ctx, topic, 2);
-  assert_int_equal(pipe(g_done), 0);
-  assert_int_equal(pipe(g_drained), 0);
-  pid_t kid = fork();
-  assert_true(kid >= 0);
-  if (kid == 0) child(topic);
   /* Take nothing while the child sends: it must not be held back (its publishes time out at
-   * 2 s, with 8 buffers, if it were). */
-  char b = 0;
-  ssize_t r = read(g_done[0], &b, 1); /* (the child's exit also ends it: 0 bytes) */
+   * 2 s, with 8 buffers, if it were). Its exit, or 60 s, ends the wait too. */
+  int sent = wait_byte(g_done[0], 60000);
   uint64_t last = 0;
   size_t got = drain(s, &last);
   long long dropped = dropped_of(ctx); /* (while its channel is there: the child is alive) */
-  if (r == 1) assert_int_equal(write(g_drained[1], &b, 1), 1);
+  char b = 1;
+  if (sent) assert_int_equal(write(g_drained[1], &b, 1), 1);
   int st = th_wait_exit(kid, 60000);
-  for (int i = 0; i < 4; i++) {
-    close(i < 2 ? g_done[i] : g_drained[i - 2]);
-  }
+  close(g_done[0]);
+  close(g_drained[1]);
   assert_int_equal(st, 0);
   print_message("    %s: took %zu, dropped %lld of %d\n", mode, got, dropped, N);
   assert_int_equal((long long)got + dropped, N); /* every message: taken or dropped */
