@@ -559,8 +559,9 @@ static int role_victim(int argc, char **argv) {
     bool ok = msg_ok(&m, argv[4], why, sizeof why);
     if (ok)
       printf("got %llu %zu\n", (unsigned long long)m.msg_id, m.len);
-    else
-      printf("bad %s\n", why);
+    else /* (on stderr too: a test that fails on the exit prints the end of stderr) */
+      printf("bad %s\n", why),
+          fprintf(stderr, "bad message %llu: %s\n", (unsigned long long)m.msg_id, why);
     fflush(stdout);
     ez_msg_release(&m);
     if (!ok) {

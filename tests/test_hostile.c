@@ -4,6 +4,7 @@
  * within their normal timeouts. */
 #include "harness.h"
 #include "rawproto.h"
+#include "base/wire.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -568,6 +569,7 @@ static void test_byte_by_byte(void **state) {
   assert_string_equal(ids, "");
   send_slowly(fd, (const uint8_t[]){COMPLETE}, 1);
   rp_expect_u8(fd, COMPLETE);
+  send_slowly(fd, (const uint8_t[]){EZI_X_CLIENT}, 1); /* (told when a publisher leaves) */
   int pub = rp_connect(f->addr);
   m[0] = PUBLISH;
   memcpy(m + 9, "/one", 4);
@@ -590,9 +592,9 @@ static void test_byte_by_byte(void **state) {
 
 /* Topics that are not UTF-8, or hold a NUL, cannot go into the DAG pickle: such a CONNECT must be
  * refused (closed without an answer, as Python's server fails to decode it) rather than poison
- * the graph so that every later DAG request fails. (Found against src/graph/graphserver.c handle_edge,
- * which at first accepted them; ezi_dag_pickle then failed and handle_dag closed every DAG
- * connection until the edge was removed.) */
+ * the graph so that every later DAG request fails. (Found against src/graph/graphserver.c
+ * handle_edge, which at first accepted them; ezi_dag_pickle then failed and handle_dag closed every
+ * DAG connection until the edge was removed.) */
 static void test_bad_topic_bytes(void **state) {
   fixture *f = *state;
   const char *bad[][2] = {{"\xff\xfe", "/b"}, {"/a", "\xc3("}, {"/ok\xed\xa0", "/b"}};

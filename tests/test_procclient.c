@@ -11,6 +11,7 @@
 #include "rawproto.h"
 #include "base/wire.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +173,84 @@ static void test_answers(void **state) {
   close(s);
 }
 
+/* One snapshot of the unit, parsed; our own profile's window into *ours_w. */
+static void snap(int s, const char *unit, const char *payload, ezi_pk_doc **pd,
+                 ezi_m39_profiling_snapshot *sn, double *ours_w) {
+  ezi_pk_doc *d;
+  ezi_m39_control_response r;
+  ask(s, unit, "GET_PROFILING_SNAPSHOT", payload, payload ? strlen(payload) : 0, &d, &r);
+  assert_true(r.ok);
+  assert_int_equal(
+      ezi_m39_load(&EZI_M39_PROCESS_PROFILING_SNAPSHOT, r.payload.p, r.payload.len, pd, sn, NULL),
+      0);
+  ezi_pk_doc *od;
+  const ezi_pk *root;
+  assert_int_equal(ezi_pk_load(r.payload.p, r.payload.len, NULL, &od, &root, NULL), 0);
+  ez_profile_data pf;
+  assert_int_equal(
+      ez_profile_parse(ezi_pk_str_of(ezi_pk_attr(root, EZI_PROC_PROFILE_ATTR), NULL), &pf), 0);
+  *ours_w = pf.window_s;
+  ez_profile_data_free(&pf);
+  ezi_pk_doc_free(od);
+  ezi_pk_doc_free(d);
+}
+
+/* As 3.9's processes, a snapshot's window counts exactly what moved since the previous snapshot
+ * (whoever asked for it) over the time since: not our telemetry's 100 ms buckets, so snapshots
+ * taken close together (two tools polling) still give true rates. Our own profile comes over the
+ * window an ezmsg-c asker names (EZI_PROC_WINDOW_ASK), however recent the last snapshot. */
+static void test_snapshot_windows(void **state) {
+  (void)state;
+  char sid[64], unit[400];
+  int s = f39_session(sid);
+  ez_context *ctx;
+  ez_pub *pub;
+  ez_sub *sub;
+  assert_int_equal(ez_context_open(th_addr, &ctx), 0);
+  assert_int_equal(ez_sub_create(ctx, "/pc/w", NULL, &sub), 0);
+  assert_int_equal(ez_pub_create(ctx, "/pc/w", NULL, &pub), 0);
+  wait_listed(s, 1, unit, sizeof unit);
+  ezi_pk_doc *pd;
+  ezi_m39_profiling_snapshot sn;
+  double ours_w;
+  snap(s, unit, NULL, &pd, &sn, &ours_w); /* the first: our last 2 s */
+  assert_true(sn.window_seconds == EZ_PROFILE_WINDOW_S);
+  ezi_pk_doc_free(pd);
+  for (int round = 0; round < 3; round++) {
+    int k = 3 + round * 4;
+    int64_t t0 = th_now_ms();
+    for (int i = 0; i < k; i++) {
+      assert_int_equal(ez_publish(pub, &i, sizeof i, TMO), 0);
+      ez_msg m;
+      assert_int_equal(ez_recv(sub, &m, TMO), 0);
+      ez_msg_release(&m);
+    }
+    snap(s, unit, NULL, &pd, &sn, &ours_w);
+    double took = (double)(th_now_ms() - t0) / 1e3;
+    assert_int_equal(sn.n_publishers, 1);
+    assert_int_equal(sn.publishers[0].messages_published_window, k);
+    assert_int_equal(sn.n_subscribers, 1);
+    assert_int_equal(sn.subscribers[0].messages_received_window, k);
+    assert_true(sn.window_seconds > 0 && sn.window_seconds < took + 5.0);
+    assert_true(fabs(sn.publishers[0].publish_rate_hz_window - k / sn.window_seconds) < 1e-6);
+    ezi_pk_doc_free(pd);
+  }
+  snap(s, unit, NULL, &pd, &sn, &ours_w); /* nothing moved since */
+  assert_int_equal(sn.publishers[0].messages_published_window, 0);
+  assert_int_equal(sn.subscribers[0].messages_received_window, 0);
+  ezi_pk_doc_free(pd);
+  snap(s, unit, EZI_PROC_WINDOW_ASK "5", &pd, &sn, &ours_w); /* a window asked for */
+  assert_true(ours_w == 5.0);
+  ezi_pk_doc_free(pd);
+  snap(s, unit, EZI_PROC_WINDOW_ASK "junk", &pd, &sn, &ours_w); /* not a number: ignored */
+  assert_true(ours_w < 5.0);
+  ezi_pk_doc_free(pd);
+  ez_pub_destroy(pub);
+  ez_sub_destroy(sub);
+  ez_context_close(ctx);
+  close(s);
+}
+
 /* A second context of the process on the same graph is a process of its own, with a unit of its
  * own, and a context reopened gets its old unit back; one opened with $EZMSG_REGISTER_PROCESS=0
  * is not listed at all. */
@@ -233,6 +312,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_registers, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_answers, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_snapshot_windows, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_second_context_and_opt_out, th_setup, th_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,6 +5,7 @@
  * most its bound past the window and nothing else: the rest of the graph is still there. */
 #include "fake39.h"
 #include "harness.h"
+#include "graph/profile39.h"
 #include "proto/meta39.h"
 #include "rawproto.h"
 #include "vectors.h"
@@ -186,6 +187,57 @@ static void test_python_process_answers(void **state) {
   assert_int_equal(g.fp.bad, 0);
 }
 
+/* Our processes on a 3.9.0 server (read here from our own server as profile39 reads 3.9's): each
+ * is asked once, for the window (EZI_PROC_WINDOW_ASK), and its own entries come with the ids of
+ * a process snapshot; a channel gets its topic from the publisher it names. */
+static void test_ours_as_on_39(void **state) {
+  (void)state;
+  ez_context *cp, *cs;
+  ez_pub *pub;
+  ez_sub *sub;
+  assert_int_equal(ez_context_open(th_addr, &cp), 0);
+  assert_int_equal(ez_context_open(th_addr, &cs), 0);
+  assert_int_equal(ez_sub_create(cs, "/p39/ours", NULL, &sub), 0);
+  assert_int_equal(ez_pub_create(cp, "/p39/ours", NULL, &pub), 0);
+  while (ez_pub_num_channels(pub) < 1)
+    th_sleep_ms(5);
+  for (int i = 0; i < 20; i++) {
+    assert_int_equal(ez_publish(pub, &i, sizeof i, TMO), 0);
+    ez_msg m;
+    assert_int_equal(ez_recv(sub, &m, TMO), 0);
+    ez_msg_release(&m);
+  }
+  char *text = NULL;
+  json_t *doc = NULL, *p = NULL, *c = NULL;
+  for (int tries = 0; tries < 50 && (!p || !c); tries++) { /* (until both processes registered) */
+    json_decref(doc);
+    assert_int_equal(ezi_profile39_as(th_addr, 3.0, 20000, &text, true), 0);
+    doc = json_loads(text, 0, NULL);
+    free(text);
+    assert_non_null(doc);
+    p = entry(doc, "publishers", "/p39/ours");
+    c = entry(doc, "channels", "/p39/ours");
+    if (!p || !c) th_sleep_ms(100);
+  }
+  assert_non_null(p);
+  assert_non_null(c); /* (named by its publisher's topic: the process did not name it) */
+  assert_string_equal(str_of(p, "dialect"), "released");
+  assert_string_equal(str_of(c, "dialect"), "released");
+  assert_true(json_real_value(json_object_get(p, "window_s")) == 3.0); /* the window asked for */
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(p, "messages"), "total")),
+                   20);
+  assert_int_equal(strlen(str_of(p, "process_id")), 36);
+  assert_int_equal(strlen(str_of(c, "process_id")), 36);
+  assert_string_not_equal(str_of(p, "process_id"), str_of(c, "process_id"));
+  char want[128];
+  snprintf(want, sizeof want, "/p39/ours:%s", str_of(p, "id"));
+  assert_string_equal(str_of(p, "endpoint_id"), want);
+  assert_string_equal(str_of(c, "pub_id"), str_of(p, "id"));
+  json_decref(doc);
+  ez_context_close(cp);
+  ez_context_close(cs);
+}
+
 /* A process that never answers: the profile comes back within its bound, with the rest. */
 static void test_silent_process(void **state) {
   (void)state;
@@ -231,6 +283,7 @@ static void test_vanishing_process(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_python_process_answers, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_ours_as_on_39, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_silent_process, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_vanishing_process, th_setup, th_teardown),
   };

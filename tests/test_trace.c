@@ -12,8 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TMO 5000
@@ -23,6 +25,7 @@ static char g_addr[64];
 /* The child: a publisher on /tr/a at ~200 Hz and one on /tr/b, and a subscriber on /tr/a that
  * holds each message ~1 ms, until killed. */
 static void child(void) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL); /* (a failed assertion leaves trace_once without stopping it) */
   ez_context *ctx;
   if (ez_context_open(g_addr, &ctx)) _exit(2);
   ez_sub *s;
@@ -72,6 +75,26 @@ static int on_sample(void *user, const ez_trace_sample *x) {
   return ++v->n >= 400; /* enough */
 }
 
+/* A second reader's samples: none taken before it started (the server still holds the first
+ * trace's, and hands them to every new reader of its stream). */
+typedef struct fresh {
+  double since;
+  int n, stale;
+} fresh;
+
+static int on_fresh(void *user, const ez_trace_sample *x) {
+  fresh *f = user;
+  if (x->dropped) return 0;
+  if (x->time < f->since) f->stale++;
+  return ++f->n >= 50;
+}
+
+static double wall_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static void trace_once(int dialect) {
   th_free_address(g_addr, sizeof g_addr);
   pid_t srv = th_spawn_cli(-1, "serve", "--address", g_addr, "--dialect",
@@ -94,6 +117,12 @@ static void trace_once(int dialect) {
   assert_true(v.lease > 50);
   assert_int_equal(v.other_topic, 0);
   assert_int_equal(v.bad, 0);
+  /* A later reader gets only what was taken since it started. */
+  fresh f = {.since = wall_s() - 0.005}; /* (to_wall's rounding) */
+  assert_int_equal(ez_trace(g_addr, topics, 1, on_fresh, &f, NULL, 20000), 0);
+  print_message("    a later reader: %d samples, %d stale\n", f.n, f.stale);
+  assert_int_equal(f.n, 50);
+  assert_int_equal(f.stale, 0);
   /* The trace ended: the endpoints stop by themselves (ttl) and a profile still works. */
   char *json = NULL;
   assert_int_equal(ez_profile(g_addr, 1.0, &json, TMO), 0);

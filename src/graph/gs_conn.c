@@ -257,10 +257,17 @@ void ezi_gs_close(conn *c) {
   ezi_gs_stream_closed(s, c);
   if (c->lease) ezi_gs_seg_release(s, c->lease);
   if (was == C_PUB) {
-    /* Beyond the reference: tell the subscribers downstream that this publisher is gone. */
+    /* Beyond the reference: tell the ezmsg-c subscribers downstream that this publisher is
+     * gone. Not Python ones: neither reference server sends them an UPDATE then, and 3.9.0's
+     * subscribers, closing their channels at shutdown, can lose their cancellation to one
+     * (examples/ezmsg_toy.py then hangs at exit). */
     op *o = ezi_gs_op_new(s, OP_NOTIFY, NULL);
     if (o) {
-      ezi_gs_notify_down(s, c->topic, o);
+      for (conn *d = s->conns, *n; d; d = n) {
+        n = d->next;
+        if (d->st == C_SUB && d->ezc && ezi_dag_reaches(s->dag, c->topic, d->topic))
+          ezi_gs_notify_sub(s, d, o);
+      }
       ezi_gs_op_launch(o, UPDATE_TIMEOUT_NS);
     }
   }

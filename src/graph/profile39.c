@@ -8,7 +8,9 @@
  * at once, so a silent one costs the profile its timeout once, not once per process.
  *
  * ezmsg-c processes answer too (procclient.c); their snapshot carries our own profile entries
- * (EZI_PROC_PROFILE_ATTR), which are used as they are. On our own server (its snapshot says so,
+ * (EZI_PROC_PROFILE_ATTR), which are used as they are. They are asked once, for the window
+ * (EZI_PROC_WINDOW_ASK): our telemetry keeps it, and another tool's snapshots in between cannot
+ * shorten it. On our own server (its snapshot says so,
  * EZI_GS_MARK_ATTR) the ezmsg-c clients answer PROFILE, and only the other processes are asked.
  * Every entry says how it was answered: "dialect": "profiling" (PROFILE) or "released" (a
  * process snapshot). */
@@ -41,8 +43,10 @@ typedef struct ask {
 static int snapshot_once(ezi_sess *s, ask *a, double timeout_s) {
   ezi_pk_doc *d = NULL;
   ezi_m39_control_response r;
-  int rc = ezi_sess_request(s, a->unit, "GET_PROFILING_SNAPSHOT", timeout_s, NULL, 0, a->deadline,
-                            &d, &r);
+  char want[64]; /* (our processes read it: EZI_PROC_WINDOW_ASK) */
+  int nw = snprintf(want, sizeof want, "%s%g", EZI_PROC_WINDOW_ASK, a->window_s);
+  int rc = ezi_sess_request(s, a->unit, "GET_PROFILING_SNAPSHOT", timeout_s, (uint8_t *)want,
+                            (size_t)nw, a->deadline, &d, &r);
   if (!rc && (!r.ok || !r.payload.has)) rc = EZ_ETIMEDOUT; /* TIMEOUT, or gone */
   const ezi_pk *root = NULL;
   if (!rc) rc = ezi_pk_load(r.payload.p, r.payload.len, NULL, &a->doc, &root, NULL);
@@ -59,8 +63,9 @@ static void *ask_thread(void *arg) {
   if (a->rc) return NULL;
   int left = ezi_ms_left(a->deadline);
   double tmo = left < 0 ? 1.0 : left / 1000.0;
-  a->rc = snapshot_once(&s, a, tmo); /* the first one starts the process's window */
-  if (!a->rc && a->window_s > 0) {
+  a->rc = snapshot_once(&s, a, tmo); /* the first one starts a 3.9 process's window; ours
+                                      * answers over the window asked for at once */
+  if (!a->rc && a->window_s > 0 && !ezi_proc_is_ours(a->unit)) {
     ezi_pk_doc_free(a->doc);
     a->doc = NULL;
     struct timespec ts = {(time_t)a->window_s, (long)((a->window_s - (time_t)a->window_s) * 1e9)};
@@ -131,8 +136,9 @@ static void add_snapshot(json_t *pubs, json_t *chans, const ezi_m39_profiling_sn
   }
 }
 
-/* An ezmsg-c process's own entries (EZI_PROC_PROFILE_ATTR: our document as JSON text). */
-static bool add_ours(json_t *pubs, json_t *chans, const ezi_pk *root) {
+/* An ezmsg-c process's own entries (EZI_PROC_PROFILE_ATTR: our document as JSON text), with
+ * the ids a process snapshot gives (its process_id; a publisher's endpoint_id, topic:uuid). */
+static bool add_ours(json_t *pubs, json_t *chans, const ezi_pk *root, const char *process_id) {
   const char *text = ezi_pk_str_of(ezi_pk_attr(root, EZI_PROC_PROFILE_ATTR), NULL);
   if (!text) return false;
   json_t *doc = json_loads(text, 0, NULL);
@@ -140,15 +146,39 @@ static bool add_ours(json_t *pubs, json_t *chans, const ezi_pk *root) {
   size_t i;
   json_t *e;
   json_array_foreach(p, i, e) if (json_is_object(e)) {
+    const char *topic = json_string_value(json_object_get(e, "topic"));
+    const char *id = json_string_value(json_object_get(e, "id"));
+    if (topic && id) json_object_set_new(e, "endpoint_id", json_sprintf("%s:%s", topic, id));
+    json_object_set_new(e, "process_id", json_string(process_id));
     json_object_set_new(e, "dialect", json_string("released"));
     json_array_append(pubs, e);
   }
   json_array_foreach(c, i, e) if (json_is_object(e)) {
+    json_object_set_new(e, "process_id", json_string(process_id));
     json_object_set_new(e, "dialect", json_string("released"));
     json_array_append(chans, e);
   }
   json_decref(doc);
   return true;
+}
+
+/* A channel whose process could not name its topic (it knows its publisher's id only) takes the
+ * topic of the publisher entry it names. */
+static void channel_topics(json_t *pubs, json_t *chans) {
+  size_t i, k;
+  json_t *c, *p;
+  json_array_foreach(chans, i, c) {
+    const char *pub_id = json_string_value(json_object_get(c, "pub_id"));
+    if (!pub_id || json_string_value(json_object_get(c, "topic"))) continue;
+    json_array_foreach(pubs, k, p) {
+      const char *id = json_string_value(json_object_get(p, "id"));
+      json_t *topic = json_object_get(p, "topic");
+      if (id && json_is_string(topic) && !strcmp(id, pub_id)) {
+        json_object_set(c, "topic", topic);
+        break;
+      }
+    }
+  }
 }
 
 /* Marks every entry of an array with the dialect it answered in. */
@@ -160,6 +190,11 @@ static void mark(json_t *arr, const char *dialect) {
 }
 
 int ezi_profile39(const char *address, double window_s, int timeout_ms, char **json) {
+  return ezi_profile39_as(address, window_s, timeout_ms, json, false);
+}
+
+int ezi_profile39_as(const char *address, double window_s, int timeout_ms, char **json,
+                     bool as_foreign) {
   uint64_t deadline = ezi_deadline(timeout_ms);
   ezi_sess s;
   int rc = ezi_sess_open(address, deadline, &s);
@@ -170,6 +205,7 @@ int ezi_profile39(const char *address, double window_s, int timeout_ms, char **j
   rc = ezi_sess_snapshot(&s, deadline, &sd, &gs, &ours);
   ezi_sess_close(&s);
   if (rc) return rc;
+  ours = ours && !as_foreign;
 
   json_t *doc = NULL, *pubs = NULL, *chans = NULL;
   if (ours) { /* its ezmsg-c clients answer PROFILE (one write: ezi_profile_request) */
@@ -209,13 +245,14 @@ int ezi_profile39(const char *address, double window_s, int timeout_ms, char **j
     EZI_WARN("profile: %zu processes; only %d are asked", gs.n_processes, MAX_ASKED);
   for (size_t i = 0; i < n; i++) {
     pthread_join(th[i], NULL);
-    if (asks[i].rc == 0 && !add_ours(pubs, chans, asks[i].root))
+    if (asks[i].rc == 0 && !add_ours(pubs, chans, asks[i].root, asks[i].snap.process_id.s))
       add_snapshot(pubs, chans, &asks[i].snap);
     else if (asks[i].rc)
       EZI_DEBUG("profile: process of unit %s did not answer: %s", asks[i].unit,
                 ez_strerror(asks[i].rc));
     ezi_pk_doc_free(asks[i].doc);
   }
+  if (!rc) channel_topics(pubs, chans);
   free(asks);
   free(th);
   ezi_pk_doc_free(sd);

@@ -188,6 +188,13 @@ static int open_stream(const char *address) {
 
 static int trace_released(const char *address, const char *const *topics, size_t n, ez_trace_fn fn,
                           void *user, volatile int *stop, uint64_t end) {
+  /* The server hands a new reader the samples it still holds, from traces before this one: a
+   * process on this host (its monotonic clock is ours) gives only those taken since we started. */
+  struct timespec m;
+  clock_gettime(CLOCK_MONOTONIC, &m);
+  double since_ns = (double)m.tv_sec * 1e9 + (double)m.tv_nsec;
+  char here[256] = {0};
+  if (gethostname(here, sizeof here - 1)) here[0] = 0;
   int fd = open_stream(address);
   if (fd < 0) return fd;
   control_all(address, topics, n, true);
@@ -222,9 +229,10 @@ static int trace_released(const char *address, const char *const *topics, size_t
     }
     for (size_t i = 0; !rc && !quit && i < sb.n_batches; i++) {
       const ezi_m39_trace_batch *b = &sb.batches[i];
+      bool local = here[0] && b->host && !strcmp(b->host, here);
       for (size_t j = 0; j < b->n_samples; j++) {
         const ezi_m39_trace_sample *t = &b->samples[j];
-        if (!wanted(t->topic, topics, n)) continue;
+        if (!wanted(t->topic, topics, n) || (local && t->timestamp < since_ns)) continue;
         ez_trace_sample x = {.time = to_wall(t->timestamp),
                              .endpoint_id = t->endpoint_id,
                              .topic = t->topic,

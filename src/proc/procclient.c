@@ -22,6 +22,13 @@
 
 enum { P_CONNECTING, P_GREETING, P_ID, P_REGISTERING, P_READY };
 
+/* An endpoint's message total at the last snapshot answer: 3.9 counts a snapshot's window as the
+ * difference of totals since the previous one (whoever asked for it), exactly. */
+typedef struct {
+  char id[37];
+  int64_t total;
+} ezi_total;
+
 struct ezi_proc {
   ez_context *ctx;
   ezi_watch w;
@@ -32,8 +39,10 @@ struct ezi_proc {
   char unit[300];
   char host[256];
   uint64_t last_snapshot_ns; /* of our last snapshot answer (0: none yet) */
-  uint64_t push_timer;       /* pushing trace samples (0: not armed) */
-  unsigned slot;             /* its number among the process's links (slot_take) */
+  ezi_total *last;           /* each endpoint's total at that answer, sorted by id */
+  size_t n_last;
+  uint64_t push_timer; /* pushing trace samples (0: not armed) */
+  unsigned slot;       /* its number among the process's links (slot_take) */
 };
 
 /* A unit is owned by one process link, and the process may have several contexts on a graph:
@@ -134,13 +143,37 @@ static int extra_int(ezi_pk_doc *d, ezi_pk *obj, const char *name, int64_t v) {
   return ezi_pk_attr_set(obj, name, ezi_pk_int(d, v));
 }
 
-/* The ProcessProfilingSnapshot of this process, pickled. Its window is the time since the last
- * one (as 3.9's processes count it), at least 0.1 s and at most our windows' 10 s; the first
- * covers the default 2 s. */
-static int snapshot(ezi_proc *p, uint8_t **out, size_t *len) {
+static int total_cmp(const void *a, const void *b) {
+  return strcmp(((const ezi_total *)a)->id, ((const ezi_total *)b)->id);
+}
+
+/* Messages of endpoint `id` since the last snapshot answer (all of them if it is new since), and
+ * its total noted in `next` for the next one. */
+static int64_t since_last(const ezi_proc *p, ezi_total *next, size_t *n_next, const char *id,
+                          int64_t total) {
+  ezi_total key = {.total = 0};
+  snprintf(key.id, sizeof key.id, "%s", id);
+  const ezi_total *was = p->n_last ? bsearch(&key, p->last, p->n_last, sizeof key, total_cmp) : 0;
+  if (next) {
+    key.total = total;
+    next[(*n_next)++] = key;
+  }
+  int64_t d = total - (was ? was->total : 0);
+  return d > 0 ? d : 0;
+}
+
+/* The ProcessProfilingSnapshot of this process, pickled. As 3.9's processes count it, its window
+ * is the time since the last snapshot answer (whoever asked), and its counts are the differences
+ * of the totals over that time, exactly; the first answer gives our telemetry's last 2 s. Our own
+ * profile goes with it (EZI_PROC_PROFILE_ATTR), over `want_s` when the asker named a window
+ * (ezmsg-c's `ezmsg profile` does: EZI_PROC_WINDOW_ASK), else over the snapshot's window (at
+ * least 0.1 s, at most our windows' 10 s). */
+static int snapshot(ezi_proc *p, double want_s, uint8_t **out, size_t *len) {
   ez_context *ctx = p->ctx;
   uint64_t now = ezi_now_ns();
-  double w = p->last_snapshot_ns ? (double)(now - p->last_snapshot_ns) / 1e9 : EZ_PROFILE_WINDOW_S;
+  bool prev = p->last_snapshot_ns != 0;
+  double sw = prev ? (double)(now - p->last_snapshot_ns) / 1e9 : EZ_PROFILE_WINDOW_S;
+  double w = want_s > 0 ? want_s : sw;
   if (w < 0.1) w = 0.1;
   if (w > EZ_PROFILE_MAX_WINDOW_S) w = EZ_PROFILE_MAX_WINDOW_S;
   p->last_snapshot_ns = now;
@@ -151,7 +184,7 @@ static int snapshot(ezi_proc *p, uint8_t **out, size_t *len) {
   json_t *pubs = json_object_get(doc, "publishers"), *chans = json_object_get(doc, "channels");
   ezi_pk_doc *d = ezi_pk_doc_new();
   ezi_m39_profiling_snapshot sn = {
-      .pid = ctx->pid, .host = p->host, .window_seconds = w, .timestamp = (double)now};
+      .pid = ctx->pid, .host = p->host, .window_seconds = sw, .timestamp = (double)now};
   sn.process_id.has = true;
   memcpy(sn.process_id.s, p->id, 37);
   size_t np = json_array_size(pubs);
@@ -166,7 +199,9 @@ static int snapshot(ezi_proc *p, uint8_t **out, size_t *len) {
            : 0;
   double *lease_ns =
       calloc(ns + 1, sizeof *lease_ns); /* per subscriber: the mean processing time */
-  if (!lease_ns) rc = EZ_ENOMEM;
+  ezi_total *next = calloc(np + ns + 1, sizeof *next);
+  size_t n_next = 0;
+  if (!lease_ns || !next) rc = EZ_ENOMEM;
   for (size_t i = 0; !rc && i < np; i++) {
     const json_t *j = json_array_get(pubs, i);
     ezi_m39_pub_profile *x = &sn.publishers[sn.n_publishers];
@@ -176,11 +211,14 @@ static int snapshot(ezi_proc *p, uint8_t **out, size_t *len) {
       break;
     }
     sprintf(eid, "%s:%s", jstr_of(j, "topic"), jstr_of(j, "id"));
+    int64_t total = jint_of(j, "messages", "total");
+    int64_t win = since_last(p, next, &n_next, jstr_of(j, "id"), total);
+    if (!prev) win = jint_of(j, "messages", "window");
     *x = (ezi_m39_pub_profile){.endpoint_id = eid,
                                .topic = jstr_of(j, "topic"),
-                               .messages_published_total = jint_of(j, "messages", "total"),
-                               .messages_published_window = jint_of(j, "messages", "window"),
-                               .publish_rate_hz_window = jnum_of(j, "message_rate_hz", NULL),
+                               .messages_published_total = total,
+                               .messages_published_window = win,
+                               .publish_rate_hz_window = sw > 0 ? (double)win / sw : 0,
                                .inflight_messages_current = jint_of(j, "backpressure", "in_flight"),
                                .num_buffers = jint_of(j, "num_buffers", NULL),
                                .timestamp = (double)now};
@@ -195,7 +233,8 @@ static int snapshot(ezi_proc *p, uint8_t **out, size_t *len) {
       break;
     }
     sprintf(eid, "%s:%s", s->topic, s->id);
-    /* Its deliveries in the window, over every channel it is a member of (one per publisher). */
+    /* Its deliveries in our window, over every channel it is a member of (one per publisher):
+     * the first answer's count. */
     int64_t win = 0;
     double busy = 0;
     const char *mode = "unknown";
@@ -220,11 +259,12 @@ static int snapshot(ezi_proc *p, uint8_t **out, size_t *len) {
           jint_of(e, "timed_samples", NULL);
     }
     lease_ns[sn.n_subscribers] = timed ? busy / (double)timed : 0;
+    int64_t total = (int64_t)__atomic_load_n(&s->received, __ATOMIC_RELAXED);
+    int64_t since = since_last(p, next, &n_next, s->id, total);
     *x = (ezi_m39_sub_profile){.endpoint_id = eid,
                                .topic = ezi_pk_alloc(d, strlen(s->topic) + 1),
-                               .messages_received_total =
-                                   (int64_t)__atomic_load_n(&s->received, __ATOMIC_RELAXED),
-                               .messages_received_window = win,
+                               .messages_received_total = total,
+                               .messages_received_window = prev ? since : win,
                                .channel_kind_last = kind_of(mode),
                                .timestamp = (double)now};
     if (!x->topic) {
@@ -244,7 +284,7 @@ static int snapshot(ezi_proc *p, uint8_t **out, size_t *len) {
     ezi_pk *o = (ezi_pk *)ezi_pk_value(pubd, i);
     const json_t *j = json_array_get(pubs, i);
     double cnt = (double)sn.publishers[i].messages_published_window;
-    rc |= extra(d, o, "publish_delta_ns_avg_window", cnt > 0 ? w * 1e9 / cnt : 0);
+    rc |= extra(d, o, "publish_delta_ns_avg_window", cnt > 0 ? sw * 1e9 / cnt : 0);
     rc |= extra_int(d, o, "inflight_messages_peak_window",
                     sn.publishers[i].inflight_messages_current);
     rc |= extra(d, o, "backpressure_wait_ns_window",
@@ -264,7 +304,30 @@ static int snapshot(ezi_proc *p, uint8_t **out, size_t *len) {
   json_decref(doc);
   free(text);
   free(lease_ns);
+  if (!rc) { /* the totals the next answer counts from */
+    qsort(next, n_next, sizeof *next, total_cmp);
+    free(p->last);
+    p->last = next;
+    p->n_last = n_next;
+    next = NULL;
+  }
+  free(next);
   return rc ? (rc < 0 ? rc : EZ_ENOMEM) : 0;
+}
+
+/* The window an ezmsg-c asker named in a GET_PROFILING_SNAPSHOT's payload (EZI_PROC_WINDOW_ASK
+ * and seconds, e.g. "ezmsg-c window 2"; 3.9's processes ignore the payload), or 0. */
+static double window_asked(const ezi_m39_control_request *req) {
+  size_t k = strlen(EZI_PROC_WINDOW_ASK);
+  if (!req->payload.has || req->payload.len <= k || req->payload.len > k + 31 ||
+      memcmp(req->payload.p, EZI_PROC_WINDOW_ASK, k))
+    return 0;
+  char num[32];
+  memcpy(num, req->payload.p + k, req->payload.len - k);
+  num[req->payload.len - k] = 0;
+  char *end;
+  double v = strtod(num, &end);
+  return *end || !(v >= 0.1 && v <= EZ_PROFILE_MAX_WINDOW_S) ? 0 : v;
 }
 
 static int answer(ezi_proc *p, const ezi_m39_control_request *req, uint8_t **out, size_t *len) {
@@ -289,7 +352,7 @@ static int answer(ezi_proc *p, const ezi_m39_control_request *req, uint8_t **out
                         .timestamp = wall_now()};
     rc = ezi_m39_dump(&EZI_M39_PROCESS_STATS, &st, &pl, &npl, NULL);
   } else if (!strcmp(op, "GET_PROFILING_SNAPSHOT")) {
-    rc = snapshot(p, &pl, &npl);
+    rc = snapshot(p, window_asked(req), &pl, &npl);
   } else if (!strcmp(op, "SET_PROFILING_TRACE")) {
     ezi_pk_doc *d = NULL;
     ezi_m39_trace_control tc;
@@ -510,6 +573,7 @@ void ezi_proc_stop(ez_context *ctx) {
   if (p->push_timer) ezi_loop_cancel(ctx->loop, p->push_timer);
   close_link(p);
   slot_give(p->slot);
+  free(p->last);
   free(p);
   ctx->proc = NULL;
 }

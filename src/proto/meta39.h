@@ -411,6 +411,11 @@ void ezi_m39_initial_settings(const ezi_m39_component *c, ezi_m39_settings_value
  * schema's profile of the process (publishers and channels), as JSON text; 3.9's unpickling keeps
  * and ignores it, ours (profile39.c) uses it. */
 #define EZI_PROC_PROFILE_ATTR "ezmsg_c_profile"
+/* The payload of a GET_PROFILING_SNAPSHOT from ezmsg-c's `ezmsg profile` to one of our processes:
+ * this prefix, then the window wanted in seconds ("ezmsg-c window 2"). Our process gives its
+ * profile over that window at once (our telemetry keeps it), so one request does; 3.9's processes
+ * ignore a snapshot request's payload. */
+#define EZI_PROC_WINDOW_ASK "ezmsg-c window "
 
 /* True if a unit name is an ezmsg-c process's (EZI_PROC_UNIT_PREFIX). Any thread. */
 static inline bool ezi_proc_is_ours(const char *unit) {

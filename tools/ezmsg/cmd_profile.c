@@ -189,16 +189,24 @@ static void row(FILE *f, const char *name, const double *vals[6], const char *la
 }
 
 /* The p99 of a latency, or NULL ("-") when the document has none: the reference does not send
- * p50_ms / p99_ms (they parse as 0), while ours is never 0 when there are nonzero samples. */
+ * p50_ms / p99_ms (they parse as 0), while ours is never 0 when there are nonzero samples; and
+ * nothing timed in the window (a 3.9 process's snapshot times nothing) has no figures at all. */
 static const double *p99_of(const ez_latency *l) {
-  return l->p99_ms == 0 && l->max_ms > 0 ? NULL : &l->p99_ms;
+  return !l->timed_samples || (l->p99_ms == 0 && l->max_ms > 0) ? NULL : &l->p99_ms;
+}
+/* Its mean or maximum, or NULL ("-") when nothing was timed in the window. */
+static const double *timed(const ez_latency *l, const double *v) {
+  return l->timed_samples ? v : NULL;
 }
 
 static void pub_row(FILE *f, const ez_profile_pub *p, size_t matched) {
   double mb = p->byte_rate_per_s / 1e6, pid = (double)p->pid;
-  const double *v[6] = {&p->message_rate_hz,     &mb,
-                        &p->backpressure.avg_ms, p99_of(&p->backpressure),
-                        &p->backpressure.max_ms, &pid};
+  const double *v[6] = {&p->message_rate_hz,
+                        &mb,
+                        timed(&p->backpressure, &p->backpressure.avg_ms),
+                        p99_of(&p->backpressure),
+                        timed(&p->backpressure, &p->backpressure.max_ms),
+                        &pid};
   char last[32];
   /* Ours count the channels themselves (num_channels); the reference's do not: then count the
    * channels of the document that name this publisher. */
@@ -233,9 +241,12 @@ static void sub_rows(FILE *f, const ez_profile_channel *c) {
     name[0] = name[1] = ' ';
     cli_fit(name + 2, label, NAME_W - 2, false);
     double pid = (double)c->pid;
-    const double *v[6] = {&s->message_rate_hz,   NULL,
-                          &s->processing.avg_ms, p99_of(&s->processing),
-                          &s->processing.max_ms, &pid};
+    const double *v[6] = {&s->message_rate_hz,
+                          NULL,
+                          timed(&s->processing, &s->processing.avg_ms),
+                          p99_of(&s->processing),
+                          timed(&s->processing, &s->processing.max_ms),
+                          &pid};
     row(f, name, v, c->mode ? c->mode : "?");
   }
 }
