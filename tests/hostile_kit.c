@@ -529,6 +529,15 @@ static bool msg_ok(const ez_msg *m, const char *check, char *why, size_t cap) {
     }
     for (size_t i = 8; i < m->len; i++)
       if (d[i] != (uint8_t)i) {
+        /* A view is the publisher's memory: a segment truncated while we read it reads as zeros
+         * from the faulting page on (shmguard.h). That tail is not a bad message. */
+        size_t z = i;
+        while (z < m->len && d[z] == 0)
+          z++;
+        if (z == m->len) {
+          snprintf(why, cap, "zeroed from byte %zu", i);
+          return true;
+        }
         snprintf(why, cap, "byte %zu", i);
         return false;
       }
@@ -555,10 +564,10 @@ static int role_victim(int argc, char **argv) {
     }
     ez_msg m;
     if (ez_recv(s, &m, 100)) continue;
-    char why[128];
+    char why[128] = "";
     bool ok = msg_ok(&m, argv[4], why, sizeof why);
     if (ok)
-      printf("got %llu %zu\n", (unsigned long long)m.msg_id, m.len);
+      printf("got %llu %zu%s%s\n", (unsigned long long)m.msg_id, m.len, why[0] ? " " : "", why);
     else /* (on stderr too: a test that fails on the exit prints the end of stderr) */
       printf("bad %s\n", why),
           fprintf(stderr, "bad message %llu: %s\n", (unsigned long long)m.msg_id, why);

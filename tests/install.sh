@@ -150,6 +150,16 @@ complete_words ezmsg pro >"$T/c1"
 assert_contains "$T/c1" "profile" "bash completion of 'pro'"
 complete_words ezmsg hz --in >"$T/c2"
 assert_contains "$T/c2" "--interval" "bash completion of hz --in"
+# Every option each command's --help lists is completed, and nothing else (perf has no --count).
+for c in serve start pub sub profile list info hz bw dashboard perf; do
+  "$PREFIX/bin/ezmsg" "$c" --help | grep -oE -- '--[a-z][a-z-]*' | sort -u >"$T/want"
+  complete_words ezmsg "$c" -- | grep -- '^--' | sort -u >"$T/got"
+  cmp -s "$T/want" "$T/got" || fail "bash completion of ezmsg $c --: $(diff "$T/want" "$T/got" | tr '\n' ' ')"
+done
+complete_words ezmsg perf --cou >"$T/c4"
+grep -q -- '--count' "$T/c4" && fail "bash completion offers perf --count"
+complete_words ezmsg serve --dialect p >"$T/c5"
+assert_contains "$T/c5" "profiling" "bash completion of serve --dialect"
 complete_words ezmsg info --address "$ADDR" /comp >"$T/c3"
 assert_contains "$T/c3" "/completion/topic" "bash completion of a topic"
 command -v zsh >/dev/null || fail "zsh is not installed: scripts/deps.sh installs it"

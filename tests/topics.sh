@@ -197,8 +197,13 @@ expect_rc 2 "$EZ_CLI" profil
 assert_contains "$T/err" "unknown command 'profil' (did you mean 'profile'?)" "did you mean"
 expect_rc 2 "$EZ_CLI" lsit
 assert_contains "$T/err" "(did you mean 'list'?)" "did you mean"
+[ "$(wc -l <"$T/err")" = 2 ] || fail "a mistyped command: not two lines: $(cat "$T/err")"
 expect_rc 2 "$EZ_CLI" zzzzzzz
 assert_not_contains "$T/err" "did you mean" "nothing close"
+expect_rc 2 "$EZ_CLI" list --jsn --address "$ADDR"
+assert_contains "$T/err" "unknown option '--jsn' (did you mean --json?)" "a mistyped option"
+expect_rc 2 "$EZ_CLI" profile --windw=2 --address "$ADDR"
+assert_contains "$T/err" "(did you mean --window?)" "a mistyped option with its value"
 pass "ezmsg --version and 'did you mean'"
 
 # One error line per bad value (the second used to name the value as an option).
@@ -208,6 +213,8 @@ for args in "profile --window -1" "profile --format xml" "pub /x --count -5" "pu
   expect_rc 2 "$EZ_CLI" $args --address "$ADDR"
   n=$(sed '/^usage:/,$d' "$T/err" | wc -l)
   [ "$n" = 1 ] || fail "'ezmsg $args': $n error lines before the usage"
+  n=$(wc -l <"$T/err")
+  [ "$n" = 2 ] || fail "'ezmsg $args': $n lines on stderr (want the error and the synopsis)"
   assert_not_contains "$T/err" "option '-" "'ezmsg $args' names a value as an option"
 done
 expect_rc 2 "$EZ_CLI" pub /x --count -5 --address "$ADDR"

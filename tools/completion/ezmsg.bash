@@ -1,5 +1,5 @@
 # bash completion for ezmsg (installed as share/bash-completion/completions/ezmsg).
-# Completes commands, each command's options, and topic names (asked from the graph server in
+# Completes commands, each command's options (from its --help), and topic names (asked from the graph server in
 # effect, with a 1 s timeout, by `ezmsg list --names`).
 
 _ezmsg_topics() {
@@ -23,33 +23,24 @@ _ezmsg() {
     return
   fi
   cmd=${COMP_WORDS[1]}
-  opts="--address --help"
-  case "$cmd" in
-  serve) opts="$opts --max-clients --metrics" ;;
-  start) opts="$opts --timeout --max-clients" ;;
-  pub) opts="$opts --timeout --message --size --count --rate --num-buffers --force-tcp
-      --wait-subscribers --host" ;;
-  sub) opts="$opts --timeout --count --handle --ready-file" ;;
-  profile) opts="$opts --timeout --window --format --watch" ;;
-  list | info) opts="$opts --timeout --json" ;;
-  hz | bw) opts="$opts --timeout --json --interval --window --count" ;;
-  dashboard) opts="$opts --timeout --listen --interval --window" ;;
-  perf) opts="$opts --timeout --config --transport --size --count" ;;
-  *) opts="$opts --timeout" ;;
-  esac
+  # A command's options as its own --help lists them (so they never drift from the program).
+  opts=$(ezmsg "$cmd" --help 2>/dev/null | grep -oE -- '--[a-z][a-z-]*' | sort -u)
   case "$prev" in
   --format) mapfile -t COMPREPLY < <(compgen -W "json table" -- "$cur"); return ;;
+  --dialect) mapfile -t COMPREPLY < <(compgen -W "released profiling auto" -- "$cur"); return ;;
+  --config) mapfile -t COMPREPLY < <(compgen -W "fanout fanin relay pingpong all" -- "$cur"); return ;;
+  --transport) mapfile -t COMPREPLY < <(compgen -W "local shm tcp all" -- "$cur"); return ;;
   --ready-file) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
   -a | --address | --listen | --metrics | --timeout | --window | --watch | --interval | --count | \
     --rate | --size | --message | --num-buffers | --max-clients | --handle | --host | \
-    --wait-subscribers) return ;;
+    --wait-subscribers | --leaky | --hold | --clients | --duration | --warmup | --buf-size) return ;;
   esac
   if [[ "$cur" == -* ]]; then
     mapfile -t COMPREPLY < <(compgen -W "$opts" -- "$cur")
     return
   fi
   case "$cmd" in
-  info | hz | bw | pub | sub | connect | disconnect)
+  info | hz | bw | pub | sub | connect | disconnect | profile)
     mapfile -t COMPREPLY < <(compgen -W "$(_ezmsg_topics)" -- "$cur") ;;
   esac
 }

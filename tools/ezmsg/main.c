@@ -47,6 +47,7 @@ void cli_usage(const cli_spec *spec, FILE *f) {
   fprintf(f, "  -h, --help         show this help\n");
 }
 
+/* What is wrong on one line, then the command's synopsis (its options are a --help away). */
 int cli_usage_error(const cli_spec *spec, const char *fmt, ...) {
   fprintf(stderr, "ezmsg %s: ", spec->name);
   va_list ap;
@@ -54,8 +55,22 @@ int cli_usage_error(const cli_spec *spec, const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   va_end(ap);
   fputc('\n', stderr);
-  cli_usage(spec, stderr);
+  fprintf(stderr, "usage: ezmsg %s [options]%s%s (ezmsg %s --help lists them)\n", spec->name,
+          spec->args && *spec->args ? " " : "", spec->args ? spec->args : "", spec->name);
   return 2;
+}
+
+/* The option closest to an unknown "--name[=value]", or NULL. */
+static const char *closest_option(const struct option *opts, const char *arg) {
+  if (strncmp(arg, "--", 2)) return NULL;
+  char word[64];
+  snprintf(word, sizeof word, "%s", arg + 2);
+  word[strcspn(word, "=")] = 0;
+  const char *names[32];
+  size_t n = 0;
+  for (const struct option *o = opts; o->name && n < 32; o++)
+    names[n++] = o->name;
+  return cli_closest(word, names, n);
 }
 
 int cli_fail(const cli_ctx *ctx, int rc, const char *what_fmt, ...) {
@@ -156,10 +171,15 @@ int cli_parse(const cli_spec *spec, int argc, char **argv, cli_ctx *ctx, cli_opt
     case 'h':
     case OPT_HELP: cli_usage(spec, stdout); return 0;
     case ':': return cli_usage_error(spec, "option '%s' needs a value", argv[optind - 1]);
-    case '?':
+    case '?': {
       if (optopt && optopt < 256 && isprint(optopt))
         return cli_usage_error(spec, "unknown option '-%c'", optopt);
+      const char *near = closest_option(opts, argv[optind - 1]);
+      if (near)
+        return cli_usage_error(spec, "unknown option '%s' (did you mean --%s?)", argv[optind - 1],
+                               near);
       return cli_usage_error(spec, "unknown option '%s'", argv[optind - 1]);
+    }
     default:
       g_opt_error[0] = 0;
       if (!fn || fn(c, optarg, user) != 0) {
@@ -216,9 +236,9 @@ int main(int argc, char **argv) {
     names[i] = cli_commands[i].name;
   const char *near = cli_closest(cmd, names, N_COMMANDS);
   if (near)
-    fprintf(stderr, "ezmsg: unknown command '%s' (did you mean '%s'?)\n\n", cmd, near);
+    fprintf(stderr, "ezmsg: unknown command '%s' (did you mean '%s'?)\n", cmd, near);
   else
-    fprintf(stderr, "ezmsg: unknown command '%s'\n\n", cmd);
-  main_usage(stderr);
+    fprintf(stderr, "ezmsg: unknown command '%s'\n", cmd);
+  fprintf(stderr, "usage: ezmsg COMMAND [options] [args] (ezmsg --help lists the commands)\n");
   return 2;
 }
