@@ -72,6 +72,25 @@ static void test_registers(void **state) {
   close(s);
 }
 
+/* A context with a subscriber and a publisher on `topic`, once its unit is listed (into unit). */
+static void pair_up(int s, const char *topic, ez_context **ctx, ez_pub **pub, ez_sub **sub,
+                    char *unit, size_t cap) {
+  assert_int_equal(ez_context_open(th_addr, ctx), 0);
+  assert_int_equal(ez_sub_create(*ctx, topic, NULL, sub), 0);
+  assert_int_equal(ez_pub_create(*ctx, topic, NULL, pub), 0);
+  wait_listed(s, 1, unit, cap);
+}
+
+/* k messages published and each taken. */
+static void move(ez_pub *pub, ez_sub *sub, int k) {
+  for (int i = 0; i < k; i++) {
+    assert_int_equal(ez_publish(pub, &i, sizeof i, TMO), 0);
+    ez_msg m;
+    assert_int_equal(ez_recv(sub, &m, TMO), 0);
+    ez_msg_release(&m);
+  }
+}
+
 /* What a 3.9 tool asks, routed to the context's unit: the answers come from this process, and
  * the profiling snapshot counts what its publisher and subscriber really moved. */
 static void test_answers(void **state) {
@@ -81,16 +100,8 @@ static void test_answers(void **state) {
   ez_context *ctx;
   ez_pub *pub;
   ez_sub *sub;
-  assert_int_equal(ez_context_open(th_addr, &ctx), 0);
-  assert_int_equal(ez_sub_create(ctx, "/pc/t", NULL, &sub), 0);
-  assert_int_equal(ez_pub_create(ctx, "/pc/t", NULL, &pub), 0);
-  wait_listed(s, 1, unit, sizeof unit);
-  for (int i = 0; i < 10; i++) {
-    assert_int_equal(ez_publish(pub, &i, sizeof i, TMO), 0);
-    ez_msg m;
-    assert_int_equal(ez_recv(sub, &m, TMO), 0);
-    ez_msg_release(&m);
-  }
+  pair_up(s, "/pc/t", &ctx, &pub, &sub, unit, sizeof unit);
+  move(pub, sub, 10);
 
   ezi_pk_doc *d, *pd;
   ezi_m39_control_response r;
@@ -206,10 +217,7 @@ static void test_snapshot_windows(void **state) {
   ez_context *ctx;
   ez_pub *pub;
   ez_sub *sub;
-  assert_int_equal(ez_context_open(th_addr, &ctx), 0);
-  assert_int_equal(ez_sub_create(ctx, "/pc/w", NULL, &sub), 0);
-  assert_int_equal(ez_pub_create(ctx, "/pc/w", NULL, &pub), 0);
-  wait_listed(s, 1, unit, sizeof unit);
+  pair_up(s, "/pc/w", &ctx, &pub, &sub, unit, sizeof unit);
   ezi_pk_doc *pd;
   ezi_m39_profiling_snapshot sn;
   double ours_w;
@@ -219,12 +227,7 @@ static void test_snapshot_windows(void **state) {
   for (int round = 0; round < 3; round++) {
     int k = 3 + round * 4;
     int64_t t0 = th_now_ms();
-    for (int i = 0; i < k; i++) {
-      assert_int_equal(ez_publish(pub, &i, sizeof i, TMO), 0);
-      ez_msg m;
-      assert_int_equal(ez_recv(sub, &m, TMO), 0);
-      ez_msg_release(&m);
-    }
+    move(pub, sub, k);
     snap(s, unit, NULL, &pd, &sn, &ours_w);
     double took = (double)(th_now_ms() - t0) / 1e3;
     assert_int_equal(sn.n_publishers, 1);
