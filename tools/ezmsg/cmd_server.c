@@ -181,7 +181,9 @@ int cmd_serve(int argc, char **argv) {
     }
   }
   fprintf(stderr, "graph server listening on %s\n", ez_server_address(srv));
-  if (m) fprintf(stderr, "metrics on http://%s/metrics\n", metrics_address(m));
+  if (m)
+    fprintf(stderr, "metrics on http://%s/metrics%s\n", metrics_address(m),
+            metrics_loopback(m) ? "" : "; NOT loopback: anyone who reaches it sees the graph");
   run_until_stopped(srv, &set);
   metrics_stop(m);
   return 0;

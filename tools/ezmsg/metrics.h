@@ -21,6 +21,8 @@ typedef struct metrics_server metrics_server;
 metrics_server *metrics_start(const char *listen_addr, const char *graph_addr, char *err,
                               size_t errcap);
 const char *metrics_address(const metrics_server *m);
+/* Whether it listens on a loopback address only. */
+bool metrics_loopback(const metrics_server *m);
 void metrics_stop(metrics_server *m);
 
 #endif

@@ -83,6 +83,7 @@ metrics_server *metrics_start(const char *listen_addr, const char *graph_addr, c
 }
 
 const char *metrics_address(const metrics_server *m) { return http_address(m->http); }
+bool metrics_loopback(const metrics_server *m) { return http_loopback(m->http); }
 
 void metrics_stop(metrics_server *m) {
   if (!m) return;
