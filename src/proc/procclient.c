@@ -172,10 +172,11 @@ static int snapshot(ezi_proc *p, double want_s, uint8_t **out, size_t *len) {
   ez_context *ctx = p->ctx;
   uint64_t now = ezi_now_ns();
   bool prev = p->last_snapshot_ns != 0;
-  double sw = prev ? (double)(now - p->last_snapshot_ns) / 1e9 : EZ_PROFILE_WINDOW_S;
-  double w = want_s > 0 ? want_s : sw;
+  double elapsed = prev ? (double)(now - p->last_snapshot_ns) / 1e9 : 0;
+  double w = want_s > 0 ? want_s : prev ? elapsed : EZ_PROFILE_WINDOW_S;
   if (w < 0.1) w = 0.1;
   if (w > EZ_PROFILE_MAX_WINDOW_S) w = EZ_PROFILE_MAX_WINDOW_S;
+  double sw = prev ? elapsed : w; /* the snapshot's window: the first one's counts are our w's */
   p->last_snapshot_ns = now;
   char *text = NULL;
   int rc = ez_context_profile(ctx, w, &text);
