@@ -566,11 +566,12 @@ static int role_victim(int argc, char **argv) {
     if (ez_recv(s, &m, 100)) continue;
     char why[128] = "";
     bool ok = msg_ok(&m, argv[4], why, sizeof why);
-    if (ok)
+    if (ok) {
       printf("got %llu %zu%s%s\n", (unsigned long long)m.msg_id, m.len, why[0] ? " " : "", why);
-    else /* (on stderr too: a test that fails on the exit prints the end of stderr) */
-      printf("bad %s\n", why),
-          fprintf(stderr, "bad message %llu: %s\n", (unsigned long long)m.msg_id, why);
+    } else { /* (on stderr too: a test that fails on the exit prints the end of stderr) */
+      printf("bad %s\n", why);
+      fprintf(stderr, "bad message %llu: %s\n", (unsigned long long)m.msg_id, why);
+    }
     fflush(stdout);
     ez_msg_release(&m);
     if (!ok) {

@@ -81,8 +81,9 @@ static int g_done[2], g_drained[2]; /* child -> parent: sent all; parent -> chil
  * each publish bounded by 2 s (a held-back publisher fails); then, once the parent took what
  * waits, a flush (everything released, taken or dropped) before it exits 0. It is forked before
  * the parent opens a context: a child of a process with threads may find a lock held forever. */
-static void child(const char *topic) {
+static void child(const char *topic, pid_t parent) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(8); /* (it died before the line above) */
   close(g_done[0]);
   close(g_drained[1]);
   if (!strcmp(g_mode, "notice")) setenv(EZ_SHM_RING_ENV, "0", 1);
@@ -123,9 +124,9 @@ static void remote(const char *mode) {
   assert_int_equal(pipe(g_drained), 0);
   fflush(stdout);
   fflush(stderr);
-  pid_t kid = fork();
+  pid_t parent = getpid(), kid = fork();
   assert_true(kid >= 0);
-  if (kid == 0) child(topic);
+  if (kid == 0) child(topic, parent);
   close(g_done[1]);
   close(g_drained[0]);
   if (!strcmp(mode, "notice")) setenv(EZ_SHM_RING_ENV, "0", 1);

@@ -237,7 +237,7 @@ static void handle_pub_address(server *s, conn *c, const char *addr, size_t n) {
   c->st = C_PUB;
   op *o = ezi_gs_op_new(s, OP_PUBLISH, c);
   if (!o) return ezi_gs_close(c);
-  ezi_gs_notify_down(s, c->topic, o);
+  ezi_gs_notify_down(s, c->topic, o, false);
   ezi_gs_op_launch(o, UPDATE_TIMEOUT_NS);
 }
 
@@ -342,7 +342,7 @@ static void handle_edge(server *s, conn *c, uint8_t cmd, const char *from, size_
       ezi_gs_close(c);
     } else {
       c->st = C_WAIT;
-      ezi_gs_notify_down(s, t, o);
+      ezi_gs_notify_down(s, t, o, false);
       ezi_gs_op_launch(o, UPDATE_TIMEOUT_NS);
     }
   }

@@ -197,8 +197,9 @@ void ezi_gs_op_launch(op *o, uint64_t timeout_ns);
 
 /* UPDATE to subscriber `sub` (listing every publisher upstream of its topic); o waits for it. */
 void ezi_gs_notify_sub(server *s, conn *sub, op *o);
-/* UPDATE to every subscriber downstream of `topic`. */
-void ezi_gs_notify_down(server *s, const char *topic, op *o);
+/* UPDATE to every subscriber downstream of `topic` (only the ezmsg-c ones, which sent X_CLIENT,
+ * with ezc_only). */
+void ezi_gs_notify_down(server *s, const char *topic, op *o, bool ezc_only);
 /* The registered client of state st with id (n bytes), or NULL. */
 conn *ezi_gs_find(server *s, const char *id, size_t n, cstate st);
 

@@ -129,10 +129,11 @@ void ezi_gs_notify_sub(server *s, conn *sub, op *o) {
 }
 
 /* UPDATE to every subscriber downstream of `topic`. */
-void ezi_gs_notify_down(server *s, const char *topic, op *o) {
+void ezi_gs_notify_down(server *s, const char *topic, op *o, bool ezc_only) {
   for (conn *c = s->conns, *n; c; c = n) {
     n = c->next;
-    if (c->st == C_SUB && ezi_dag_reaches(s->dag, topic, c->topic)) ezi_gs_notify_sub(s, c, o);
+    if (c->st == C_SUB && (c->ezc || !ezc_only) && ezi_dag_reaches(s->dag, topic, c->topic))
+      ezi_gs_notify_sub(s, c, o);
   }
 }
 
@@ -263,11 +264,7 @@ void ezi_gs_close(conn *c) {
      * (examples/ezmsg_toy.py then hangs at exit). */
     op *o = ezi_gs_op_new(s, OP_NOTIFY, NULL);
     if (o) {
-      for (conn *d = s->conns, *n; d; d = n) {
-        n = d->next;
-        if (d->st == C_SUB && d->ezc && ezi_dag_reaches(s->dag, c->topic, d->topic))
-          ezi_gs_notify_sub(s, d, o);
-      }
+      ezi_gs_notify_down(s, c->topic, o, true);
       ezi_gs_op_launch(o, UPDATE_TIMEOUT_NS);
     }
   }

@@ -143,7 +143,7 @@ static void edge_request(server *s, conn *c, const ezi_gs_req *q) {
     if (!o) {
       ezi_gs_close(c);
     } else {
-      ezi_gs_notify_down(s, to, o);
+      ezi_gs_notify_down(s, to, o, false);
       ezi_gs_op_launch(o, UPDATE_TIMEOUT_NS);
     }
   }
@@ -198,7 +198,7 @@ static void clear(server *s, conn *c, op *o) {
                           NULL);
   for (size_t i = 0; i < gone.n; i++) {
     op *n = o ? o : ezi_gs_op_new(s, OP_NOTIFY, NULL);
-    if (n) ezi_gs_notify_down(s, gone.to[i], n);
+    if (n) ezi_gs_notify_down(s, gone.to[i], n, false);
     if (n && !o) ezi_gs_op_launch(n, UPDATE_TIMEOUT_NS);
     free(gone.to[i]);
   }
