@@ -5,6 +5,7 @@
 #include "proto/gsregistry.h"
 #include "sub/subscriber.h"
 #include "chan/channel.h"
+#include "base/idlecpu.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -163,7 +164,8 @@ void ezi_sub_purge(ez_sub *s, chan_sub *cs, void (*fn)(chan_sub *, uint64_t)) {
  * thread polls already, and two pollers on two cores slow each other. True if one came. */
 static bool poll_local(ez_sub *s) {
   uint64_t budget = s->ctx->spin_ns;
-  if (!budget || !s->local_recent || (s->spin_score < SPIN_WORTH && ++s->since_probe < 32))
+  if (!budget || !s->local_recent || (s->spin_score < SPIN_WORTH && ++s->since_probe < 32) ||
+      !ezi_cpu_spare())
     return false;
   s->since_probe = 0;
   uint32_t seen = __atomic_load_n(&s->pushed, __ATOMIC_ACQUIRE);
