@@ -11,9 +11,16 @@
 # round; cells are the median over the rounds, the ratio is of the medians of the same run. The
 # load average is recorded before and after every run.
 #
+# Both sides get the same queue depth, DEPTH messages: ours `-b DEPTH` (num_buffers, the slots
+# a publisher may have in flight, shared by all its subscribers), ZeroMQ `--hwm DEPTH` (the
+# high-water mark of every socket; the kernel's socket buffers come on top of it, so ZeroMQ's
+# queue is deeper than ours at the same number). 32 is ezmsg's default, 1024 about ZeroMQ's
+# (1000).
+#
 # Environment: ROUNDS (3), DURATION (0.5 s measured), WARMUP (0.2 s), NS ("1 2 4 8 16"), SIZES
-# ("64 65536"), TRS ("shm tcp"), CFGS ("fanout fanin"), OUT (bench/FANOUT.md), PLOTS
-# (bench/plots), SPIN0 (1: also ours with EZMSG_SPIN_US=0, fan-out 64 B only).
+# ("64 65536"), TRS ("shm tcp"), CFGS ("fanout fanin"), DEPTHS ("32 1024": for sizes up to 4 KiB),
+# BIG_DEPTHS ("32": for larger ones), OUT (bench/FANOUT.md), PLOTS (bench/plots), SPIN0 (1: also
+# ours with EZMSG_SPIN_US=0, fan-out 64 B only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -24,6 +31,8 @@ NS=${NS:-1 2 4 8 16}
 SIZES=${SIZES:-64 65536}
 TRS=${TRS:-shm tcp}
 CFGS=${CFGS:-fanout fanin}
+DEPTHS=${DEPTHS:-32 1024}
+BIG_DEPTHS=${BIG_DEPTHS:-32}
 OUT=${OUT:-bench/FANOUT.md}
 PLOTS=${PLOTS:-bench/plots}
 SPIN0=${SPIN0:-1}
@@ -53,22 +62,25 @@ for round in $(seq 1 "$ROUNDS"); do
   for cfg in $CFGS; do
     for tr in $TRS; do
       for size in $SIZES; do
-        for n in $NS; do
-          ours=("$EZ" perf -c "$cfg" -T "$tr" -s "$size" -n "$n" -d "$DURATION" -w "$WARMUP"
-            --copy --json -q)
-          theirs=("$ZF" -m "$cfg" -T "${ZT[$tr]}" -s "$size" -n "$n" -d "$DURATION" -w "$WARMUP"
-            --json)
-          k="$cfg/$tr/$size/$n"
-          if [ $((round % 2)) -eq 1 ]; then
-            record "ours/$k" "$round" "${ours[@]}"
-            [ $HAVE_ZMQ = 0 ] || record "zmq/$k" "$round" "${theirs[@]}"
-          else
-            [ $HAVE_ZMQ = 0 ] || record "zmq/$k" "$round" "${theirs[@]}"
-            record "ours/$k" "$round" "${ours[@]}"
-          fi
-          if [ "$SPIN0" = 1 ] && [ "$cfg" = fanout ] && [ "$size" = 64 ]; then
-            record "spin0/$k" "$round" env EZMSG_SPIN_US=0 "${ours[@]}"
-          fi
+        depths=$DEPTHS && [ "$size" -le 4096 ] || depths=$BIG_DEPTHS
+        for depth in $depths; do
+          for n in $NS; do
+            ours=("$EZ" perf -c "$cfg" -T "$tr" -s "$size" -n "$n" -b "$depth" -d "$DURATION"
+              -w "$WARMUP" --copy --json -q)
+            theirs=("$ZF" -m "$cfg" -T "${ZT[$tr]}" -s "$size" -n "$n" --hwm "$depth"
+              -d "$DURATION" -w "$WARMUP" --json)
+            k="$cfg/$tr/$size/$depth/$n"
+            if [ $((round % 2)) -eq 1 ]; then
+              record "ours/$k" "$round" "${ours[@]}"
+              [ $HAVE_ZMQ = 0 ] || record "zmq/$k" "$round" "${theirs[@]}"
+            else
+              [ $HAVE_ZMQ = 0 ] || record "zmq/$k" "$round" "${theirs[@]}"
+              record "ours/$k" "$round" "${ours[@]}"
+            fi
+            if [ "$SPIN0" = 1 ] && [ "$cfg" = fanout ] && [ "$size" = 64 ]; then
+              record "spin0/$k" "$round" env EZMSG_SPIN_US=0 "${ours[@]}"
+            fi
+          done
         done
       done
     done

@@ -18,7 +18,10 @@
  * and the parent kills by pid what does not finish.
  *
  *   ez_bench_zmq_fan --mode fanout|fanin -n N --transport ipc|tcp --size B --duration S
- *                    [--warmup S] [--json] */
+ *                    [--warmup S] [--hwm N] [--json]
+ *
+ * --hwm N sets every socket's send and receive high-water marks to N messages (ZeroMQ's default
+ * is 1000), for comparing at the queue depth of ezmsg's num_buffers. */
 #define _GNU_SOURCE
 #include <zmq.h>
 
@@ -39,7 +42,8 @@ static struct {
   const char *transport;
   size_t size;
   double duration, warmup;
-} O = {false, false, 1, "ipc", 64, 1.0, 0.25};
+  int hwm; /* ZMQ_SNDHWM and ZMQ_RCVHWM of every socket (0: ZeroMQ's default, 1000) */
+} O = {false, false, 1, "ipc", 64, 1.0, 0.25, 0};
 
 typedef struct fan_result {
   result r;
@@ -68,6 +72,10 @@ static void set_opts(void *s) {
   zmq_setsockopt(s, ZMQ_SNDTIMEO, &v, sizeof v);
   zmq_setsockopt(s, ZMQ_RCVTIMEO, &v, sizeof v);
   zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+  if (O.hwm > 0) {
+    zmq_setsockopt(s, ZMQ_SNDHWM, &O.hwm, sizeof O.hwm);
+    zmq_setsockopt(s, ZMQ_RCVHWM, &O.hwm, sizeof O.hwm);
+  }
 }
 
 static void sleep_until(uint64_t t) {
@@ -279,16 +287,18 @@ static int run(void) {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: ez_bench_zmq_fan [--mode fanout|fanin] [-n N] [--transport ipc|tcp]\n"
-             "                        [--size N] [--duration S] [--warmup S] [--json]\n");
+             "                        [--size N] [--duration S] [--warmup S] [--hwm N]\n"
+             "                        [--json]\n");
 }
 
 int main(int argc, char **argv) {
-  static const struct option lo[] = {
-      {"mode", 1, 0, 'm'}, {"clients", 1, 0, 'n'},  {"transport", 1, 0, 'T'},
-      {"size", 1, 0, 's'}, {"duration", 1, 0, 'd'}, {"warmup", 1, 0, 'w'},
-      {"json", 0, 0, 'j'}, {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+  static const struct option lo[] = {{"mode", 1, 0, 'm'},      {"clients", 1, 0, 'n'},
+                                     {"transport", 1, 0, 'T'}, {"size", 1, 0, 's'},
+                                     {"duration", 1, 0, 'd'},  {"warmup", 1, 0, 'w'},
+                                     {"json", 0, 0, 'j'},      {"help", 0, 0, 'h'},
+                                     {"hwm", 1, 0, 'H'},       {0, 0, 0, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "m:n:T:s:d:w:jh", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "m:n:T:s:d:w:H:jh", lo, NULL)) != -1) {
     switch (c) {
     case 'm': O.fanin = !strcmp(optarg, "fanin"); break;
     case 'n': O.n = (unsigned)strtoul(optarg, NULL, 10); break;
@@ -297,6 +307,7 @@ int main(int argc, char **argv) {
     case 'd': O.duration = strtod(optarg, NULL); break;
     case 'w': O.warmup = strtod(optarg, NULL); break;
     case 'j': O.json = true; break;
+    case 'H': O.hwm = atoi(optarg); break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
