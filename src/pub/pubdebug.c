@@ -13,6 +13,10 @@ typedef struct {
 
 /* Appends to o's fixed buffer, no allocation (this runs when something is stuck), cutting short
  * what does not fit. */
+static const char *mode_name(ezi_send_mode m) {
+  return m == EZI_SEND_RING ? "ring" : m == EZI_SEND_WINDOW ? "window" : "frames";
+}
+
 static void put(out *o, const char *fmt, ...) EZI_PRINTF(2, 3);
 static void put(out *o, const char *fmt, ...) {
   if (o->len + 1 >= o->cap) return;
@@ -45,11 +49,11 @@ size_t ezi_pub_describe(ez_pub *p, char *buf, size_t cap) {
     bool queued = pc->out.queued, dead = pc->out.dead;
     pthread_mutex_unlock(&pc->out.mu);
     put(&o,
-        "  channel %s (pid %llu): state %d held %u t0 %llu, ring wanted %d on %d, window "
-        "wanted %d on %d, outbox queued %d dead %d unsent %llu",
-        pc->id, U(pc->pid), pc->state, pc->held, U(pc->t0[idx]), pc->ring_wanted, pc->ring_on,
-        pc->win_wanted, pc->win_on, queued, dead, U(ezi_outbox_unsent(&pc->out)));
-    if (pc->ring_on) {
+        "  channel %s (pid %llu): state %d held %u t0 %llu, mode %s wanted %s, outbox queued "
+        "%d dead %d unsent %llu",
+        pc->id, U(pc->pid), pc->state, pc->held, U(pc->t0[idx]), mode_name(pc->mode),
+        mode_name(pc->wanted), queued, dead, U(ezi_outbox_unsent(&pc->out)));
+    if (pc->mode == EZI_SEND_RING) {
       const ezi_ring_entry *e = &pc->ring.e[idx];
       put(&o, "; ring published %llu pub_wants %u rx_sleep %u, entry msg %llu refs %u",
           U(__atomic_load_n(&pc->ring.h->published, __ATOMIC_SEQ_CST)),

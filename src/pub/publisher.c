@@ -318,7 +318,7 @@ static bool local_held(ez_pub *p, uint32_t idx) {
 
 /* As local_held, for the ring of channel pc. */
 static bool ring_held(ez_pub *p, pub_chan *pc, uint32_t idx) {
-  if (!pc->ring_on || !pc->t0[idx]) return false;
+  if (pc->mode != EZI_SEND_RING || !pc->t0[idx]) return false;
   ezi_ring_entry *e = &pc->ring.e[idx];
   if (__atomic_load_n(&e->refs, __ATOMIC_SEQ_CST)) return true;
   uint64_t t0 = pc->t0[idx], freed = __atomic_load_n(&e->freed_at, __ATOMIC_RELAXED);
@@ -345,7 +345,7 @@ static bool slot_busy(ez_pub *p, uint32_t idx) {
  * starts empty (p->mu held). */
 static bool ring_switch_waits(ez_pub *p) {
   for (size_t i = 0; i < p->n_chans; i++)
-    if ((p->chans[i]->ring_wanted || p->chans[i]->win_wanted) && p->chans[i]->held) return true;
+    if (p->chans[i]->wanted != EZI_SEND_FRAMES && p->chans[i]->held) return true;
   return false;
 }
 
@@ -370,7 +370,7 @@ static void set_wants(ez_pub *p) {
     w = (uint32_t)p->want + 1;
   if (p->local) ezi_lchan_set_wants(p->local, w);
   for (size_t i = 0; i < p->n_chans; i++)
-    if (p->chans[i]->ring_on)
+    if (p->chans[i]->mode == EZI_SEND_RING)
       __atomic_store_n(&p->chans[i]->ring.h->pub_wants, w, __ATOMIC_SEQ_CST);
 }
 
@@ -387,11 +387,11 @@ void ezi_pub_check_sync(ez_pub *p) {
 }
 
 void ezi_pub_free_locked(ez_pub *p, pub_chan *pc, uint64_t msg_id, uint64_t now) {
-  if (pc->ring_on) { /* a ring's RX_ACK only says that a slot we sleep for is free */
+  if (pc->mode == EZI_SEND_RING) { /* a ring's RX_ACK only says that a slot we sleep for is free */
     ezi_pub_ring_wake(p);
     return;
   }
-  if (pc->win_on) {
+  if (pc->mode == EZI_SEND_WINDOW) {
     ezi_win_ack(p, pc, msg_id, now);
     return;
   }
@@ -401,7 +401,7 @@ void ezi_pub_free_locked(ez_pub *p, pub_chan *pc, uint64_t msg_id, uint64_t now)
   ezi_window_span(p->tel_bp, *t0, now);
   *t0 = 0;
   p->in_flight--;
-  if (--pc->held == 0 && (pc->ring_wanted || pc->win_wanted) && p->waiters)
+  if (--pc->held == 0 && pc->wanted != EZI_SEND_FRAMES && p->waiters)
     pthread_cond_broadcast(&p->cv);
   if (--p->leases[idx] == 0) {
     if (p->retired) release_retired(p);
@@ -429,7 +429,7 @@ void ezi_pub_local_wake(ez_pub *p) {
 }
 
 void ezi_pub_ring_close(ez_pub *p, pub_chan *pc, uint64_t now) {
-  if (!pc->ring_on) {
+  if (pc->mode != EZI_SEND_RING) {
     if (pc->ring_name[0]) ezi_shm_unlink(pc->ring_name);
     return;
   }
@@ -440,7 +440,7 @@ void ezi_pub_ring_close(ez_pub *p, pub_chan *pc, uint64_t now) {
     p->in_flight--;
   }
   pc->held = 0;
-  pc->ring_on = false;
+  pc->mode = EZI_SEND_FRAMES;
   ezi_ring_detach(&pc->ring);
   ezi_shm_unlink(pc->ring_name); /* in case the channel never mapped it */
   ezi_pub_ring_wake(p);
@@ -453,7 +453,8 @@ static bool slot_free_atomics(ez_pub *p, uint32_t idx) {
   if (p->local_t0[idx] && p->local && !ezi_lchan_slot_free(p->local, idx, &freed)) return false;
   for (size_t i = 0; i < p->n_chans; i++) {
     pub_chan *pc = p->chans[i];
-    if (pc->ring_on && pc->t0[idx] && __atomic_load_n(&pc->ring.e[idx].refs, __ATOMIC_ACQUIRE))
+    if (pc->mode == EZI_SEND_RING && pc->t0[idx] &&
+        __atomic_load_n(&pc->ring.e[idx].refs, __ATOMIC_ACQUIRE))
       return false;
   }
   return true;
@@ -486,9 +487,10 @@ static bool slot_blocked(ez_pub *p, uint32_t idx, uint64_t bytes) {
   for (size_t i = 0; i < p->n_chans; i++) {
     pub_chan *pc = p->chans[i];
     b |= ring_held(p, pc, idx);
-    b |= (pc->ring_wanted || pc->win_wanted) && pc->held;
-    b |= pc->win_on && ezi_win_chan_full(p, pc, bytes);
-    b |= !pc->ring_on && ezi_outbox_full(&pc->out); /* (a ring's carries no messages) */
+    b |= pc->wanted != EZI_SEND_FRAMES && pc->held;
+    b |= pc->mode == EZI_SEND_WINDOW && ezi_win_chan_full(p, pc, bytes);
+    b |=
+        pc->mode != EZI_SEND_RING && ezi_outbox_full(&pc->out); /* (a ring's carries no messages) */
   }
   return b;
 }
@@ -498,7 +500,7 @@ static bool slot_blocked(ez_pub *p, uint32_t idx, uint64_t bytes) {
 static bool outbox_waits(ez_pub *p) {
   bool w = false;
   for (size_t i = 0; i < p->n_chans; i++)
-    if (!p->chans[i]->ring_on && ezi_outbox_full(&p->chans[i]->out))
+    if (p->chans[i]->mode != EZI_SEND_RING && ezi_outbox_full(&p->chans[i]->out))
       w |= ezi_outbox_wait_drain(&p->chans[i]->out);
   return w;
 }
@@ -604,7 +606,8 @@ static __attribute__((noinline)) int seg_tripped(ez_pub *p) {
 static __attribute__((noinline)) void rings_tripped(ez_pub *p) {
   for (size_t i = 0; i < p->n_chans; i++) {
     pub_chan *pc = p->chans[i];
-    if (!pc->ring_on || !ezi_guard_tripped(&pc->ring.tripped) || pc->ring_cut) continue;
+    if (pc->mode != EZI_SEND_RING || !ezi_guard_tripped(&pc->ring.tripped) || pc->ring_cut)
+      continue;
     pc->ring_cut = true;
     EZI_WARN_RL("publisher %s: the shared ring of channel %s (pid %llu) was truncated; closing it",
                 p->topic, pc->id, (unsigned long long)pc->pid);
@@ -645,7 +648,7 @@ static bool put_named(ez_pub *p, pub_chan *pc, uint8_t cmd, uint64_t id, const c
  * go through a new ring, announced by X_RING. If the ring cannot be made, it stays on TX_SHM. */
 static void ring_start(ez_pub *p, pub_chan *pc, bool shm) {
   if (pc->held) return; /* not yet (ring_switch_waits holds new messages back meanwhile) */
-  pc->ring_wanted = false;
+  pc->wanted = EZI_SEND_FRAMES;
   if (!shm || ezi_ring_create(p->nbuf, &pc->ring, pc->ring_name)) return;
   pc->ring.h->start_gen = p->seg_gen;
   pc->ring_gen = UINT32_MAX; /* the first message's TX_SHM names the segment */
@@ -655,7 +658,7 @@ static void ring_start(ez_pub *p, pub_chan *pc, bool shm) {
     ezi_shm_unlink(pc->ring_name);
     return;
   }
-  pc->ring_on = true;
+  pc->mode = EZI_SEND_RING;
   set_wants(p);
 }
 
@@ -695,10 +698,76 @@ static bool slot_unread(const ez_pub *p, size_t len) {
   for (size_t i = 0; i < p->n_chans; i++) {
     const pub_chan *pc = p->chans[i];
     if (pc->state == PC_READY &&
-        (!pc->win_on || !pc->x_tcp || pc->ring_wanted || pc->win_wanted || pc->ring_on))
+        (pc->mode != EZI_SEND_WINDOW || !pc->x_tcp || pc->wanted != EZI_SEND_FRAMES))
       return false;
   }
   return true;
+}
+
+/* Puts a frame (hdr, then body) in pc's outbox; false if its connection is dead (p->mu held). */
+static inline bool put_frame(ez_pub *p, pub_chan *pc, const uint8_t *hdr, size_t hl,
+                             const uint8_t *body, size_t body_len) {
+  pthread_mutex_lock(&pc->out.mu);
+  bool kick = ezi_outbox_put_locked(&pc->out, hdr, hl, body, body_len);
+  bool dead = pc->out.dead;
+  pthread_mutex_unlock(&pc->out.mu);
+  if (kick) ezi_outbox_kick(p->ctx, &pc->out);
+  return !dead;
+}
+
+/* Switches pc to the mode it asked for, once it holds nothing (p->mu held). shm: whether its
+ * messages would go through shared memory. */
+static void switch_mode(ez_pub *p, pub_chan *pc, bool shm) {
+  if (pc->wanted == EZI_SEND_RING)
+    ring_start(p, pc, shm);
+  else if (pc->wanted == EZI_SEND_WINDOW && (shm || pc->mode == EZI_SEND_RING))
+    pc->wanted = EZI_SEND_FRAMES; /* a window is for TCP only */
+  else if (pc->wanted == EZI_SEND_WINDOW)
+    ezi_win_start(p, pc);
+}
+
+/* Message id (total bytes in `slot`, its payload at `direct` if set) as a TX_SHM or TX_TCP frame
+ * on pc's socket, which then holds the slot until its RX_ACK (EZI_SEND_FRAMES; p->mu held). */
+static void send_frame(ez_pub *p, pub_chan *pc, bool shm, uint64_t id, uint64_t now,
+                       const uint8_t *slot, size_t total) {
+  uint8_t hdr[1 + 8 + 8 + EZI_SHM_NAME_MAX];
+  size_t hl = 17;
+  hdr[0] = shm ? EZI_TX_SHM : EZI_TX_TCP;
+  ezi_put_u64le(hdr + 1, id);
+  if (shm) {
+    size_t nl = strlen(p->seg->shm.name);
+    ezi_put_u64le(hdr + 9, nl);
+    memcpy(hdr + 17, p->seg->shm.name, nl);
+    hl += nl;
+  } else {
+    ezi_put_u64le(hdr + 9, total);
+  }
+  if (!put_frame(p, pc, hdr, hl, slot, shm ? 0 : total)) return;
+  uint32_t idx = (uint32_t)(id % p->nbuf);
+  pc->t0[idx] = now;
+  p->leases[idx]++;
+  pc->held++;
+  p->in_flight++;
+}
+
+/* The same in pc's TCP window (EZI_SEND_WINDOW): as an X_TCP frame (the payload alone, wire.h)
+ * if pc asked for those, else TX_TCP; it holds an entry of the window, not the slot. */
+static void send_window(ez_pub *p, pub_chan *pc, uint64_t id, uint64_t now, const uint8_t *slot,
+                        size_t len, const uint8_t *direct) {
+  size_t total = EZI_MARSHAL_BYTES_HDR + len;
+  uint8_t hdr[17];
+  bool sent;
+  if (pc->x_tcp && len <= UINT32_MAX) {
+    hdr[0] = EZI_X_TCP;
+    ezi_put_u32le(hdr + 1, (uint32_t)len);
+    sent = put_frame(p, pc, hdr, 5, direct ? direct : slot + EZI_MARSHAL_BYTES_HDR, len);
+  } else {
+    hdr[0] = EZI_TX_TCP;
+    ezi_put_u64le(hdr + 1, id);
+    ezi_put_u64le(hdr + 9, total);
+    sent = put_frame(p, pc, hdr, 17, slot, total);
+  }
+  if (sent) ezi_win_sent(p, pc, id, total, now);
 }
 
 /* Sends the message in the next slot (its payload of len bytes there, or, for the local channel
@@ -708,7 +777,6 @@ static void send_slot(ez_pub *p, size_t len, const uint8_t *local_data, const ui
   uint64_t id = p->next_id, now = ezi_stamp(&p->stamps, id);
   uint32_t idx = (uint32_t)(id % p->nbuf);
   uint8_t *slot = ezi_seg_data(p->seg, idx);
-  size_t total = EZI_MARSHAL_BYTES_HDR + len;
   if (!direct) ezi_marshal_bytes_header(slot, id, len);
   p->slot_msg[idx] = id;
   const uint8_t *ld = local_data ? local_data : slot + EZI_MARSHAL_BYTES_HDR;
@@ -716,58 +784,16 @@ static void send_slot(ez_pub *p, size_t len, const uint8_t *local_data, const ui
     p->local_t0[idx] = now;
     p->in_flight++;
   }
-  uint8_t hdr[1 + 8 + 8 + 8 + EZI_SHM_NAME_MAX];
   for (size_t i = 0; i < p->n_chans; i++) {
     pub_chan *pc = p->chans[i];
     if (pc->state != PC_READY) continue;
-    bool shm = p->shm_real && pc->shm_ok && !p->opts.force_tcp && !pc->win_on;
-    if (pc->ring_wanted) ring_start(p, pc, shm);
-    if (pc->win_wanted && !pc->ring_wanted) { /* a window is for TCP only */
-      if (shm || pc->ring_on)
-        pc->win_wanted = false;
-      else
-        ezi_win_start(p, pc);
+    bool shm = p->shm_real && pc->shm_ok && !p->opts.force_tcp && pc->mode != EZI_SEND_WINDOW;
+    if (EZI_UNLIKELY(pc->wanted != EZI_SEND_FRAMES)) switch_mode(p, pc, shm);
+    switch (pc->mode) {
+    case EZI_SEND_RING: ring_put(p, pc, id, now); break;
+    case EZI_SEND_WINDOW: send_window(p, pc, id, now, slot, len, direct); break;
+    case EZI_SEND_FRAMES: send_frame(p, pc, shm, id, now, slot, EZI_MARSHAL_BYTES_HDR + len); break;
     }
-    if (pc->ring_on) { /* a ring channel stays on it: its slots are counted there, not in leases */
-      ring_put(p, pc, id, now);
-      continue;
-    }
-    size_t hl;
-    const uint8_t *body = slot;
-    size_t body_len = shm ? 0 : total;
-    if (pc->win_on && pc->x_tcp && len <= UINT32_MAX) { /* the payload alone (wire.h) */
-      hdr[0] = EZI_X_TCP;
-      ezi_put_u32le(hdr + 1, (uint32_t)len);
-      hl = 5;
-      body = direct ? direct : body + EZI_MARSHAL_BYTES_HDR;
-      body_len = len;
-    } else {
-      hdr[0] = shm ? EZI_TX_SHM : EZI_TX_TCP;
-      ezi_put_u64le(hdr + 1, id);
-      if (shm) {
-        size_t nl = strlen(p->seg->shm.name);
-        ezi_put_u64le(hdr + 9, nl);
-        memcpy(hdr + 17, p->seg->shm.name, nl);
-        hl = 17 + nl;
-      } else {
-        ezi_put_u64le(hdr + 9, total);
-        hl = 17;
-      }
-    }
-    pthread_mutex_lock(&pc->out.mu);
-    bool kick = ezi_outbox_put_locked(&pc->out, hdr, hl, body, body_len);
-    bool dead = pc->out.dead;
-    pthread_mutex_unlock(&pc->out.mu);
-    if (kick) ezi_outbox_kick(p->ctx, &pc->out);
-    if (dead) continue;
-    if (pc->win_on) { /* it holds an entry of its window, not the slot */
-      ezi_win_sent(p, pc, id, total, now);
-      continue;
-    }
-    pc->t0[idx] = now;
-    p->leases[idx]++;
-    pc->held++;
-    p->in_flight++;
   }
   p->total_msgs++;
   p->total_bytes += len;
@@ -918,8 +944,9 @@ static json_t *leases_json(ez_pub *p) {
   for (size_t i = 0; i < p->n_chans; i++) {
     const pub_chan *pc = p->chans[i];
     if (pc->state != PC_READY) continue;
-    bool shm = pc->ring_on || (p->shm_real && pc->shm_ok && !p->opts.force_tcp && !pc->win_on);
-    uint64_t n = pc->held + (pc->win_on ? pc->win_next - pc->win_first : 0);
+    bool shm = pc->mode == EZI_SEND_RING ||
+               (pc->mode == EZI_SEND_FRAMES && p->shm_real && pc->shm_ok && !p->opts.force_tcp);
+    uint64_t n = pc->held + (pc->mode == EZI_SEND_WINDOW ? pc->win_next - pc->win_first : 0);
     json_array_append_new(a, lease_json(pc->id, pc->pid, shm ? "shm" : "tcp", n));
   }
   return a;

@@ -10,6 +10,18 @@
 
 enum { PC_HANDSHAKE, PC_AWAIT_SHM, PC_READY };
 
+/* How a ready channel's messages go (pub_chan.mode; pub->mu). A channel starts with frames; an
+ * ezmsg-c channel asks for a ring (X_HELLO) or a window (X_WIN_ASK), recorded in pub_chan.wanted,
+ * and switches once it holds nothing (ring_switch_waits, publisher.c). */
+typedef enum ezi_send_mode {
+  EZI_SEND_FRAMES, /* a TX_SHM or TX_TCP frame per message on its socket; each holds its slot
+                    * (a lease) until the channel's RX_ACK; as wanted: no switch asked */
+  EZI_SEND_RING,   /* an entry of the shared-memory ring per message (shmring.h): the entry says
+                    * when the channel released the slot */
+  EZI_SEND_WINDOW, /* TX_TCP or X_TCP frames in a TCP window (pubwin.c): the bytes go on the
+                    * socket and hold no slot, up to the window's bounds */
+} ezi_send_mode;
+
 /* A channel connection must finish its handshake this soon after it was accepted, or it is
  * closed: silent connections must not hold descriptors forever (pubserve.c). */
 #define EZI_PUB_HS_MS EZ_DEFAULT_TIMEOUT_MS
@@ -27,11 +39,11 @@ struct pub_chan {
   char id[37];
   uint64_t pid;
   bool shm_ok;
-  uint64_t *t0;  /* lease start per slot (0: not held) */
-  uint32_t held; /* slots it holds (pub->mu) */
+  ezi_send_mode mode;   /* how its messages go (above) */
+  ezi_send_mode wanted; /* the mode it asked for, until it switches (EZI_SEND_FRAMES: none) */
+  uint64_t *t0;         /* lease start per slot (0: not held) */
+  uint32_t held;        /* slots it holds (pub->mu) */
   /* The shared-memory ring with an ezmsg-c channel that asked for one (shmring.h; pub->mu). */
-  bool ring_wanted;  /* X_HELLO came: switch once it holds nothing */
-  bool ring_on;      /* notices go through `ring`; its entries' refs say what it holds */
   bool ring_cut;     /* the ring was truncated: its connection was shut down (publisher.c) */
   uint32_t ring_gen; /* the segment generation it was last told about */
   ezi_ring ring;
@@ -41,8 +53,6 @@ struct pub_chan {
    * msg_id % win_max each. Acks are cumulative; the I/O thread records them as marks, and the
    * entries are freed by whoever looks next (mostly the publishing thread, whose lines they are).
    */
-  bool win_wanted; /* X_WIN_ASK came: switch once it holds nothing, if it is on TCP */
-  bool win_on;
   bool x_tcp;       /* X_TCP_ASK came: its window's messages go as X_TCP frames (wire.h) */
   uint32_t win_max; /* the window's size */
   uint32_t n_marks; /* acks not applied to the entries yet */
@@ -156,11 +166,11 @@ void ezi_pub_ring_close(ez_pub *pub, pub_chan *pc, uint64_t now);
  * message on, announced by X_WIN, its messages count in the window instead of leasing slots.
  * Stays as it was if it cannot (no memory, a window no larger than num_buffers, a dead link).
  * ezi_win_full: the next message, of `bytes` bytes on the wire, must wait for some channel's
- * window; ezi_win_chan_full: pc's does (pc->win_on). ezi_win_sent: message id, of `bytes` bytes,
- * went to pc at `now`. ezi_win_ack: pc's RX_ACK for id, which in a window acknowledges every
- * message up to id (a stale or unknown id is ignored). ezi_win_collect: frees the entries of every
- * ack so far (then in_flight is exact). ezi_win_busy: some window has messages unacknowledged.
- * ezi_win_close: pc closes; what it had unacknowledged counts as freed. */
+ * window; ezi_win_chan_full: pc's does (pc in EZI_SEND_WINDOW). ezi_win_sent: message id, of
+ * `bytes` bytes, went to pc at `now`. ezi_win_ack: pc's RX_ACK for id, which in a window
+ * acknowledges every message up to id (a stale or unknown id is ignored). ezi_win_collect: frees
+ * the entries of every ack so far (then in_flight is exact). ezi_win_busy: some window has messages
+ * unacknowledged. ezi_win_close: pc closes; what it had unacknowledged counts as freed. */
 void ezi_win_start(ez_pub *pub, pub_chan *pc);
 bool ezi_win_full(ez_pub *pub, uint64_t bytes);
 bool ezi_win_chan_full(ez_pub *pub, pub_chan *pc, uint64_t bytes);

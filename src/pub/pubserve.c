@@ -210,13 +210,16 @@ static void on_chan(ezi_watch *w, uint32_t ev) {
         ezi_pub_free_locked(p, pc, ezi_get_u64le(h + pos + 1), now);
         pos += 9;
       } else if (avail - pos >= 1 && h[pos] == EZI_X_HELLO) { /* an ezmsg-c channel */
-        pc->ring_wanted = p->ctx->ring_ok && !pc->ring_on && pc->shm_ok;
+        /* (Only where its messages would go through shared memory: else its X_WIN_ASK follows.) */
+        bool shm = p->shm_real && pc->shm_ok && !p->opts.force_tcp;
+        if (p->ctx->ring_ok && pc->mode != EZI_SEND_RING && shm) pc->wanted = EZI_SEND_RING;
         pos += 1;
       } else if (avail - pos >= 1 && (h[pos] == EZI_X_WIN_ASK || h[pos] == EZI_X_WIN_ASK_V1)) {
         /* The same, on TCP. (A channel on shared memory has the ring, or TX_SHM: no need to
          * wait for a switch.) */
         bool shm = p->shm_real && pc->shm_ok && !p->opts.force_tcp;
-        pc->win_wanted = p->ctx->tcp_window > p->nbuf && !pc->win_on && !shm;
+        if (p->ctx->tcp_window > p->nbuf && pc->mode != EZI_SEND_WINDOW && !shm)
+          pc->wanted = EZI_SEND_WINDOW;
         pos += 1;
       } else if (avail - pos >= 1 && h[pos] == EZI_X_TCP_ASK) { /* X_TCP frames in a window */
         pc->x_tcp = true;

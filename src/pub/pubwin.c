@@ -30,7 +30,7 @@
 
 void ezi_win_start(ez_pub *p, pub_chan *pc) {
   if (pc->held) return; /* not yet (ring_switch_waits holds new messages back meanwhile) */
-  pc->win_wanted = false;
+  pc->wanted = EZI_SEND_FRAMES;
   uint32_t w = p->ctx->tcp_window;
   if (w <= p->nbuf) return;
   pc->win_t0 = calloc(w, sizeof *pc->win_t0);
@@ -45,7 +45,7 @@ void ezi_win_start(ez_pub *p, pub_chan *pc) {
     pc->win_t0 = pc->win_len = NULL;
     return;
   }
-  pc->win_on = true;
+  pc->mode = EZI_SEND_WINDOW;
   pc->win_max = w;
   pc->win_first = pc->win_next = p->next_id;
   pc->win_bytes = 0;
@@ -87,7 +87,8 @@ bool ezi_win_chan_full(ez_pub *p, pub_chan *pc, uint64_t bytes) {
 
 bool ezi_win_full(ez_pub *p, uint64_t bytes) {
   for (size_t i = 0; i < p->n_chans; i++)
-    if (p->chans[i]->win_on && ezi_win_chan_full(p, p->chans[i], bytes)) return true;
+    if (p->chans[i]->mode == EZI_SEND_WINDOW && ezi_win_chan_full(p, p->chans[i], bytes))
+      return true;
   return false;
 }
 
@@ -125,23 +126,24 @@ void ezi_win_ack(ez_pub *p, pub_chan *pc, uint64_t id, uint64_t now) {
 
 void ezi_win_collect(ez_pub *p) {
   for (size_t i = 0; i < p->n_chans; i++)
-    if (p->chans[i]->win_on && p->chans[i]->n_marks) apply(p, p->chans[i]);
+    if (p->chans[i]->mode == EZI_SEND_WINDOW && p->chans[i]->n_marks) apply(p, p->chans[i]);
 }
 
 bool ezi_win_busy(ez_pub *p) {
   ezi_win_collect(p);
   for (size_t i = 0; i < p->n_chans; i++)
-    if (p->chans[i]->win_on && p->chans[i]->win_first != p->chans[i]->win_next) return true;
+    if (p->chans[i]->mode == EZI_SEND_WINDOW && p->chans[i]->win_first != p->chans[i]->win_next)
+      return true;
   return false;
 }
 
 void ezi_win_close(ez_pub *p, pub_chan *pc, uint64_t now) {
-  if (!pc->win_on) return;
+  if (pc->mode != EZI_SEND_WINDOW) return;
   apply(p, pc);
   pc->marks[0] = (struct ezi_win_mark){.to = pc->win_next, .at = now};
   pc->n_marks = 1;
   apply(p, pc);
-  pc->win_on = false;
+  pc->mode = EZI_SEND_FRAMES;
   free(pc->win_t0);
   free(pc->win_len);
   pc->win_t0 = pc->win_len = NULL;
