@@ -1,7 +1,7 @@
 /* The data plane tests' kit: the message pattern, shared-memory bookkeeping, child processes and
  * their roles, the fixture (one `ezmsg serve` per test) and in-process helpers. See dataplane.h. */
 #include "dataplane.h"
-#include "pub/publisher.h" /* ezi_pub_describe, for a publish that timed out */
+#include "pub/pubdebug.h" /* ezi_pub_describe, for a publish that timed out */
 
 #include <errno.h>
 #include <fcntl.h>

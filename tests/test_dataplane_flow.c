@@ -2,7 +2,7 @@
  * the subscriber's fd, a graph server that dies. Real processes, real sockets, real shared
  * memory; the kit and its conventions are in dataplane.h. */
 #include "dataplane.h"
-#include "pub/publisher.h" /* ezi_pub_describe */
+#include "pub/pubdebug.h" /* ezi_pub_describe */
 
 #include <poll.h>
 #include <pthread.h>

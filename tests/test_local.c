@@ -5,7 +5,7 @@
  * leaves gives its slots back; views outlive their publisher; flush and backpressure wait for
  * views. */
 #include "harness.h"
-#include "pub/publisher.h"
+#include "pub/pubstate.h"
 
 #include <poll.h>
 #include <signal.h>

@@ -5,7 +5,7 @@
 #include "profiling.h"
 #include "rawproto.h"
 #include "core/context.h"
-#include "pub/publisher.h"
+#include "pub/pubstate.h"
 #include "base/telclock.h"
 
 #include <arpa/inet.h>

@@ -6,7 +6,7 @@
  * without the window. */
 #include "chan/channel.h"
 #include "harness.h"
-#include "pub/publisher.h"
+#include "pub/pubstate.h"
 #include "proto/marshal.h"
 #include "rawproto.h"
 #include "base/wire.h"

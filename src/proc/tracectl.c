@@ -1,7 +1,7 @@
 /* A context's trace control (tracectl.h). */
 #include "proc/tracectl.h"
 #include "core/context.h"
-#include "pub/publisher.h"
+#include "pub/pubstate.h"
 #include "sub/subscriber.h"
 
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* What a publisher waits for, in words: for a publish that timed out, so that a test (or whoever
  * debugs a stuck graph) can tell which holder kept the slot and whether a wake-up was owed. */
 #include "chan/channel.h"
-#include "pub/publisher.h"
+#include "pub/pubdebug.h"
 
 #include <stdarg.h>
 #include <stdio.h>

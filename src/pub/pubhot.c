@@ -12,7 +12,7 @@
  * before, so backpressure is unchanged; only where the bytes live differs. When the publisher goes,
  * the buffers go to the local channel with its segments (ezi_pub_hand_over), since queued messages
  * and views may still point into them. */
-#include "pub/publisher.h"
+#include "pub/pubhot.h"
 
 #include <stdlib.h>
 

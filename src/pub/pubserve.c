@@ -1,6 +1,8 @@
 /* The publisher's I/O-thread half: its graph link (PAUSE, RESUME, SYNC, PROFILE) and its channel
  * server (the CHANNEL handshake, then RX_ACKs that free slots). */
-#include "pub/publisher.h"
+#include "pub/pubserve.h"
+#include "pub/pubwait.h"
+#include "pub/pubwin.h"
 #include "proc/tracectl.h"
 
 #include <errno.h>

@@ -24,7 +24,8 @@
  * The channel's subscribers see nothing different; backpressure (a slow subscriber stops the
  * publisher) holds with a larger bound. Telemetry counts a window message's backpressure from its
  * send to its ack, as a lease's. */
-#include "pub/publisher.h"
+#include "pub/pubwin.h"
+#include "pub/pubwait.h"
 
 #include <stdlib.h>
 

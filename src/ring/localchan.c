@@ -6,7 +6,7 @@
  * + 1. Each member chan_sub takes the ids [next, published) in order, under its own subscriber's
  * lock (which no publisher takes on this path either). A release drops the entry's holder count;
  * the last one stores the release time first. The publisher reads that count when it needs the
- * slot again (publisher.c), so a release costs no lock and no wake-up unless the publisher sleeps
+ * slot again (pub/pubwait.c), so a release costs no lock and no wake-up unless the publisher sleeps
  * for exactly that slot (pub_wants).
  *
  * Sleeping on either side is announced first and then checked again (store, then load, both
@@ -17,7 +17,7 @@
  * A channel of a remote ezmsg-c publisher in ring mode (ringchan.c) works the same way, with the
  * pull from the shared ring in the publisher's place. */
 #include "chan/channel.h"
-#include "pub/publisher.h"
+#include "pub/pubstate.h"
 #include "sub/subscriber.h"
 
 #include <stdlib.h>

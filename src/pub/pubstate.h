@@ -1,7 +1,9 @@
-/* The publisher's private state, shared by publisher.c (creation, publish, backpressure) and
- * pubserve.c (its channel server and graph link, on the I/O thread). */
-#ifndef EZI_PUBLISHER_H
-#define EZI_PUBLISHER_H
+/* The publisher's private state, shared by the files of src/pub/: publisher.c (creation,
+ * destruction, profile), pubsend.c (publishing), pubwait.c (backpressure, segment growth),
+ * pubserve.c (its channel server and graph link, on the I/O thread), pubwin.c (TCP windows),
+ * pubhot.c (hot buffers) and pubdebug.c. Each of them declares its own functions in its header. */
+#ifndef EZI_PUBSTATE_H
+#define EZI_PUBSTATE_H
 
 #include "base/acceptor.h"
 #include "core/context.h"
@@ -12,7 +14,7 @@ enum { PC_HANDSHAKE, PC_AWAIT_SHM, PC_READY };
 
 /* How a ready channel's messages go (pub_chan.mode; pub->mu). A channel starts with frames; an
  * ezmsg-c channel asks for a ring (X_HELLO) or a window (X_WIN_ASK), recorded in pub_chan.wanted,
- * and switches once it holds nothing (ring_switch_waits, publisher.c). */
+ * and switches once it holds nothing (ring_switch_waits, pubwait.c). */
 typedef enum ezi_send_mode {
   EZI_SEND_FRAMES, /* a TX_SHM or TX_TCP frame per message on its socket; each holds its slot
                     * (a lease) until the channel's RX_ACK; as wanted: no switch asked */
@@ -44,7 +46,7 @@ struct pub_chan {
   uint64_t *t0;         /* lease start per slot (0: not held) */
   uint32_t held;        /* slots it holds (pub->mu) */
   /* The shared-memory ring with an ezmsg-c channel that asked for one (shmring.h; pub->mu). */
-  bool ring_cut;     /* the ring was truncated: its connection was shut down (publisher.c) */
+  bool ring_cut;     /* the ring was truncated: its connection was shut down (pubwait.c) */
   uint32_t ring_gen; /* the segment generation it was last told about */
   ezi_ring ring;
   char ring_name[EZI_SHM_NAME_MAX + 1];
@@ -128,56 +130,5 @@ struct ez_pub {
   } hot[2];
   int hot_last; /* the one used last */
 };
-
-/* pubhot.c (p->mu held): a buffer to copy message id's len payload bytes into instead of its slot,
- * or NULL (use the slot): only with no remote channel, for messages of at least EZI_HOT_MIN
- * bytes, and while the local members released one of the two buffers. ezi_pub_hot_hand_over: the
- * buffers go to the local channel (out[2]; it frees them), the publisher is going away.
- * ezi_pub_hot_reset: the local channel left (its members released everything). ezi_pub_hot_free:
- * at the publisher's end. */
-#define EZI_HOT_MIN 65536
-uint8_t *ezi_pub_hot_take(ez_pub *p, uint64_t id, size_t len);
-void ezi_pub_hot_hand_over(ez_pub *p, uint8_t **out);
-void ezi_pub_hot_reset(ez_pub *p);
-void ezi_pub_hot_free(ez_pub *p);
-
-/* pubdebug.c: writes to buf (cap bytes, NUL-terminated, cut short if need be) what p waits for:
- * its next slot, who holds it, each channel's mode, outbox and shared ring words. Returns the
- * length written. Takes p->mu and each outbox's lock (the caller holds neither). For a publish
- * that timed out (tests print it). */
-size_t ezi_pub_describe(ez_pub *p, char *buf, size_t cap);
-
-/* pubserve.c */
-int ezi_pub_serve_start(ez_pub *pub, int graph_fd, int listen_fd);
-void ezi_pub_serve_stop(ez_pub *pub);
-/* Frees the lease of remote channel `pc` on msg_id. pub->mu held. */
-void ezi_pub_free_locked(ez_pub *pub, pub_chan *pc, uint64_t msg_id, uint64_t now);
-/* Sends COMPLETE for a pending SYNC once every slot is free. pub->mu held. */
-void ezi_pub_check_sync(ez_pub *pub);
-/* A ring channel's receivers freed a slot the publisher sleeps for (its RX_ACK), or the channel
- * closes: wakes the publisher (which collects what was freed) and answers a pending SYNC that
- * is now complete. pub->mu held. */
-void ezi_pub_ring_wake(ez_pub *pub);
-/* Channel pc closes: its ring's slots are freed and the ring unmapped. pub->mu held. */
-void ezi_pub_ring_close(ez_pub *pub, pub_chan *pc, uint64_t now);
-
-/* pubwin.c, the TCP window with an ezmsg-c channel (pub->mu held for all).
- * ezi_win_start: channel pc asked for a window, holds nothing and gets TX_TCP: from the next
- * message on, announced by X_WIN, its messages count in the window instead of leasing slots.
- * Stays as it was if it cannot (no memory, a window no larger than num_buffers, a dead link).
- * ezi_win_full: the next message, of `bytes` bytes on the wire, must wait for some channel's
- * window; ezi_win_chan_full: pc's does (pc in EZI_SEND_WINDOW). ezi_win_sent: message id, of
- * `bytes` bytes, went to pc at `now`. ezi_win_ack: pc's RX_ACK for id, which in a window
- * acknowledges every message up to id (a stale or unknown id is ignored). ezi_win_collect: frees
- * the entries of every ack so far (then in_flight is exact). ezi_win_busy: some window has messages
- * unacknowledged. ezi_win_close: pc closes; what it had unacknowledged counts as freed. */
-void ezi_win_start(ez_pub *pub, pub_chan *pc);
-bool ezi_win_full(ez_pub *pub, uint64_t bytes);
-bool ezi_win_chan_full(ez_pub *pub, pub_chan *pc, uint64_t bytes);
-void ezi_win_sent(ez_pub *pub, pub_chan *pc, uint64_t id, uint64_t bytes, uint64_t now);
-void ezi_win_ack(ez_pub *pub, pub_chan *pc, uint64_t id, uint64_t now);
-void ezi_win_collect(ez_pub *pub);
-bool ezi_win_busy(ez_pub *pub);
-void ezi_win_close(ez_pub *pub, pub_chan *pc, uint64_t now);
 
 #endif
