@@ -278,9 +278,7 @@ typedef struct ez_context ez_context;
  * The I/O thread polls for up to $EZMSG_SPIN_US microseconds (default 50) before it sleeps, and
  * so do ez_recv for messages from publishers in this process and a publish waiting for a slot
  * that only subscribers in this process hold, but only while polling keeps finding work (a busy
- * stream), so an idle or slow graph costs nothing, and only while the machine has a CPU to spare
- * (no more runnable threads than online CPUs, from /proc/loadavg): with more busy processes than
- * CPUs a poller would take the CPU of the thread it waits for.
+ * stream), so an idle or slow graph costs nothing.
  * Waking a sleeping thread is the largest part of a message's round trip on most machines; on the
  * 2-core VM of bench/RESULTS.md polling takes 64 B shm throughput from ~0.3 to ~0.7 M msgs/s
  * and the round trip from ~90 to ~40 us, for up to ~16% of a core per process at 10 kHz. Set

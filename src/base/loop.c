@@ -1,7 +1,6 @@
 /* epoll reactor with timers and cross-thread posting. */
 #include "base/loop.h"
 #include "base/internal.h"
-#include "base/idlecpu.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -218,8 +217,7 @@ int ezi_loop_run(ezi_loop *l) {
   tl_running = l;
   while (!__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) {
     int tmo = next_timeout_ms(l), n = 0;
-    if (l->spin_ns && tmo != 0 && (l->spin_score >= SPIN_WORTH || ++l->since_probe >= 32) &&
-        ezi_cpu_spare()) {
+    if (l->spin_ns && tmo != 0 && (l->spin_score >= SPIN_WORTH || ++l->since_probe >= 32)) {
       /* Poll before sleeping: a sleeping thread takes tens of microseconds to wake on a virtual
        * machine, which is the round trip of a busy stream. Spinning stops paying when the events
        * stop coming within the budget; a probe every 32 sleeps notices when they come again. */

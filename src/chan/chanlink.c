@@ -183,13 +183,14 @@ static long data_frame(chan *c, uint64_t now) {
     int rc = need_segment(c, name, nn);
     if (rc || c->attaching) return rc;
     ezi_lchan_ring_seg(c, msg_id);
-    ezi_lchan_pull(c, NULL, true);
+    bool got = ezi_lchan_pull(c, NULL, true);
     /* The publisher may have consumed a newer sleep request with this frame (it stored
      * `published`, the receiver took that message itself and armed rx_sleep again, then the
      * publisher cleared it): a pull that finds nothing new would wake nobody, and the receiver
-     * would sleep through every message after it. Wake whoever still waits: it looks again and
-     * re-arms, so a lost request costs one spurious wake-up instead of a stall. */
-    ezi_lchan_signal_all(c);
+     * would sleep through every message after it. Then wake whoever still waits: it looks again
+     * and re-arms, so a lost request costs one spurious wake-up instead of a stall. (A pull that
+     * found messages woke every member waiting for them.) */
+    if (!got) ezi_lchan_signal_all(c);
     ezi_lchan_trim_members(c); /* leaky subscribers' oldest go at once */
     return ezi_ring_chan_bad(c) ? EZ_EPROTO : (long)f.used;
   }

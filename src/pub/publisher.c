@@ -7,7 +7,6 @@
 #include "pub/pubwait.h"
 #include "graph/graphio.h"
 #include "base/shmguard.h"
-#include "base/idlecpu.h"
 
 #include <sched.h>
 #include <stdio.h>

@@ -3,7 +3,6 @@
  * for releases and SYNC, and growing or replacing the segment. p->mu is held throughout. */
 #include "pub/pubwait.h"
 #include "pub/pubwin.h"
-#include "base/idlecpu.h"
 #include "base/shmguard.h"
 #include "graph/graphio.h"
 
@@ -178,7 +177,7 @@ static bool slot_free_atomics(ez_pub *p, uint32_t idx) {
 static bool poll_slot(ez_pub *p, uint32_t idx) {
   uint64_t budget = p->ctx->spin_ns;
   if (!budget || p->leases[idx] || ring_switch_waits(p)) return false;
-  if ((p->spin_score < SPIN_WORTH && ++p->since_probe < 32) || !ezi_cpu_spare()) return false;
+  if (p->spin_score < SPIN_WORTH && ++p->since_probe < 32) return false;
   p->since_probe = 0;
   bool got = false;
   uint64_t t0 = ezi_now_ns();

@@ -18,7 +18,7 @@ void ezi_pub_ring_close(ez_pub *pub, pub_chan *pc, uint64_t now);
 
 /* Waits until the next slot (of `bytes` bytes on the wire) is free and the publisher runs:
  * every holder released it, no channel switching mode holds messages, no window or full outbox
- * keeps it back. Polls first while polling pays (idlecpu.h). *deadline is read from the clock
+ * keeps it back. Polls first while polling pays. *deadline is read from the clock
  * only once there is something to wait for (0: not yet). 0, EZ_ETIMEDOUT, or EZ_ECLOSED. p->mu
  * held (dropped while it sleeps). */
 int ezi_pub_wait_slot(ez_pub *pub, uint64_t bytes, int timeout_ms, uint64_t *deadline);

@@ -96,14 +96,19 @@ int ezi_lchan_join(chan *c, chan_sub *cs) {
   return rc;
 }
 
-/* Wakes a receiver that announced it waits (or whose fd must become readable). */
+/* Wakes a receiver that announced it waits (or whose fd must become readable). The condition
+ * variable is signalled after s->mu is dropped: signalled under it, the receiver woke into the
+ * held lock and slept again on it, two switches more per message (the caller's lock on the
+ * members keeps s alive). */
 void ezi_lchan_signal(ez_sub *s) {
+  bool wake = false;
   pthread_mutex_lock(&s->mu);
   if (__atomic_load_n(&s->want_signal, __ATOMIC_RELAXED)) {
     __atomic_store_n(&s->want_signal, 0, __ATOMIC_RELAXED);
-    ezi_sub_signal_ready(s);
+    wake = ezi_sub_mark_ready(s);
   }
   pthread_mutex_unlock(&s->mu);
+  if (wake) pthread_cond_signal(&s->cv);
 }
 
 bool ezi_lchan_fill(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now,

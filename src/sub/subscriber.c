@@ -5,7 +5,6 @@
 #include "proto/gsregistry.h"
 #include "sub/subscriber.h"
 #include "chan/channel.h"
-#include "base/idlecpu.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -21,12 +20,16 @@ const char *ezi_sub_handle(const ez_sub *s) { return s->handle; }
 
 /* ---- queue --------------------------------------------------------------------------------- */
 
-void ezi_sub_signal_ready(ez_sub *s) { /* s->mu held; the queue just became non-empty */
+bool ezi_sub_mark_ready(ez_sub *s) { /* s->mu held; the queue just became non-empty */
   if (s->efd >= 0 && !s->efd_set) {
     uint64_t one = 1;
     if (write(s->efd, &one, sizeof one) == sizeof one) s->efd_set = true;
   }
-  if (s->waiters) pthread_cond_signal(&s->cv);
+  return s->waiters != 0;
+}
+
+void ezi_sub_signal_ready(ez_sub *s) {
+  if (ezi_sub_mark_ready(s)) pthread_cond_signal(&s->cv);
 }
 
 bool ezi_sub_push(ez_sub *s, chan_sub *cs, uint64_t msg_id, bool defer_wake, note *dropped) {
@@ -164,8 +167,7 @@ void ezi_sub_purge(ez_sub *s, chan_sub *cs, void (*fn)(chan_sub *, uint64_t)) {
  * thread polls already, and two pollers on two cores slow each other. True if one came. */
 static bool poll_local(ez_sub *s) {
   uint64_t budget = s->ctx->spin_ns;
-  if (!budget || !s->local_recent || (s->spin_score < SPIN_WORTH && ++s->since_probe < 32) ||
-      !ezi_cpu_spare())
+  if (!budget || !s->local_recent || (s->spin_score < SPIN_WORTH && ++s->since_probe < 32))
     return false;
   s->since_probe = 0;
   uint32_t seen = __atomic_load_n(&s->pushed, __ATOMIC_ACQUIRE);

@@ -63,8 +63,11 @@ struct ez_sub {
 };
 
 /* subscriber.c: signals a receiver (eventfd, condition variable) that the queue is not empty or
- * the subscriber is lost. s->mu held. */
+ * the subscriber is lost. s->mu held. ezi_sub_mark_ready: the eventfd only; returns whether a
+ * receiver sleeps on s->cv, for the caller to signal once it has dropped s->mu (so that the woken
+ * receiver does not wake into a held lock); whatever keeps s alive must outlast that signal. */
 void ezi_sub_signal_ready(ez_sub *s);
+bool ezi_sub_mark_ready(ez_sub *s);
 
 /* localchan.c (s->mu held): true if a local channel has a message for s; takes the next one
  * into m (round robin over the channels). */
