@@ -1,6 +1,6 @@
-/* Unit tests of the topic graph (src/proto/dag.c), its pickle codec (src/proto/dagpickle.c) and the graph
- * text formats (src/proto/graphfmt.c). The pickle vectors in tests/corpus/dag/ were made by Python's
- * pickle.dumps of the reference DAG; nothing here needs Python at run time. */
+/* Unit tests of the topic graph (src/proto/dag.c), its pickle codec (src/proto/dagpickle.c) and the
+ * graph text formats (src/proto/graphfmt.c). The pickle vectors in tests/corpus/dag/ were made by
+ * Python's pickle.dumps of the reference DAG; nothing here needs Python at run time. */
 #include "harness.h"
 
 #include "proto/dag.h"
@@ -241,6 +241,15 @@ static bool model_reach(int a, int b) {
   return false;
 }
 
+/* ezi_dag_upstream's callback: marks topic "/m/<letter><i>" as seen (a second call fails). */
+static void upstream_seen(void *user, const char *topic) {
+  bool *seen = user;
+  int i = atoi(topic + 4);
+  assert_true(i >= 0 && i < MN);
+  assert_false(seen[i]);
+  seen[i] = true;
+}
+
 static void test_model(void **state) {
   ezi_dag *d = ezi_dag_new();
   char names[MN][16];
@@ -267,6 +276,10 @@ static void test_model(void **state) {
     assert_int_equal(ezi_dag_num_nodes(d), n);
     a = (int)(rnd() % MN), b = (int)(rnd() % MN);
     assert_int_equal(ezi_dag_reaches(d, names[a], names[b]), model_reach(a, b));
+    bool up[MN] = {0}; /* the topics upstream of b, b among them, each once */
+    ezi_dag_upstream(d, names[b], upstream_seen, up);
+    for (int i = 0; i < MN; i++)
+      assert_int_equal(up[i], model_reach(i, b));
     if (step % 500 == 0) {
       ez_graph g;
       assert_int_equal(ezi_dag_export(d, &g), 0);

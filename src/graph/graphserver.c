@@ -190,7 +190,7 @@ static void on_profile_data(server *s, conn *c, const char *json, size_t n) {
       if (o->is_channel[w.slot] && !json_object_get(doc, "topic")) {
         json_t *pid = json_object_get(doc, "pub_id");
         const char *ps = json_is_string(pid) ? json_string_value(pid) : "";
-        conn *pub = ezi_gs_find(s, ps, strlen(ps), C_PUB);
+        conn *pub = ezi_gs_find_pub(s, ps, strlen(ps));
         if (pub) json_object_set_new(doc, "topic", json_string(pub->topic));
       }
       o->results[w.slot] = doc;
@@ -218,6 +218,7 @@ static void handle_register(server *s, conn *c, uint8_t cmd, const char *topic, 
     return;
   }
   c->st = C_SUB;
+  ezi_gs_registered(s, c);
   ezi_sock_peer_host(c->w.fd, c->peer);
   op *o = ezi_gs_op_new(s, OP_SUBSCRIBE, c);
   if (!o) return ezi_gs_close(c);
@@ -235,6 +236,7 @@ static void handle_pub_address(server *s, conn *c, const char *addr, size_t n) {
   c->port = port;
   ezi_sock_peer_host(c->w.fd, c->peer);
   c->st = C_PUB;
+  ezi_gs_registered(s, c);
   op *o = ezi_gs_op_new(s, OP_PUBLISH, c);
   if (!o) return ezi_gs_close(c);
   ezi_gs_notify_down(s, c->topic, o, false);
@@ -242,7 +244,7 @@ static void handle_pub_address(server *s, conn *c, const char *addr, size_t n) {
 }
 
 static void handle_channel(server *s, conn *c, const char *pub_id, size_t n) {
-  conn *pub = ezi_gs_find(s, pub_id, n, C_PUB);
+  conn *pub = ezi_gs_find_pub(s, pub_id, n);
   if (!pub) {
     EZI_INFO("graph server: CHANNEL for unknown publisher %.*s", (int)(n > 40 ? 40 : n), pub_id);
     return ezi_gs_close(c);
@@ -537,6 +539,10 @@ static void on_conn(ezi_watch *w, uint32_t ev) {
   if (c->dead) return;
   if ((ev & EPOLLOUT) && ezi_gs_writable(c)) return;
   if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
+    if (!c->in.cap) { /* nothing buffered: read into the server's spare buffer */
+      c->in = s->spare_in;
+      s->spare_in = (ezi_buf){0};
+    }
     for (;;) {
       long n = ezi_buf_fill(&c->in, c->w.fd, IN_LIMIT);
       if (n < 0) return ezi_gs_close(c); /* EOF or error: the client left */
@@ -550,6 +556,20 @@ static void on_conn(ezi_watch *w, uint32_t ev) {
       if (c->need > ezi_buf_pending(&c->in)) continue;
       if (!ezi_gs_consume(c)) return;
       if (ezi_buf_pending(&c->in) >= IN_LIMIT) return ezi_gs_proto_error(c, "request too large");
+    }
+    /* A connection with nothing buffered keeps no input buffer (it goes back to be the spare):
+     * a read reserves 64 KiB, and thousands of idle clients holding that would use up IN_BUDGET
+     * (4096 of them at most). */
+    if (!ezi_buf_pending(&c->in) && c->in.cap) {
+      s->in_total -= c->in_charged;
+      c->in_charged = 0;
+      if (s->spare_in.cap || c->in.cap > ((size_t)128 << 10)) {
+        ezi_buf_free(&c->in); /* (the spare stays small) */
+      } else {
+        ezi_buf_reset(&c->in);
+        s->spare_in = c->in;
+        c->in = (ezi_buf){0};
+      }
     }
     if (ev & (EPOLLHUP | EPOLLERR)) return ezi_gs_close(c);
   }
@@ -611,6 +631,9 @@ static void *server_thread(void *arg) {
 
 /* The topic graph and the released dialect's history and settings. */
 static void free_state(server *s) {
+  free(s->pub_ids);
+  free(s->pub_topics);
+  ezi_buf_free(&s->spare_in);
   ezi_dag_free(s->dag);
   ezi_gs_events_free(s->settings_events);
   ezi_gs_events_free(s->topology_events);

@@ -148,6 +148,9 @@ struct conn {
   gs_process *proc;  /* C_PROCESS */
   gs_stream *stream; /* C_STREAM */
   conn *prev, *next;
+  /* C_PUB and C_SUB: its place in the server's list of those (pubs, subs); C_PUB: in the chain
+   * of its bucket of pub_ids */
+  conn *role_prev, *role_next, *id_next, *topic_next;
 };
 
 struct ez_server {
@@ -156,6 +159,12 @@ struct ez_server {
   ezi_acceptor acc; /* accepts without spinning when out of descriptors */
   conn *conns;
   size_t n_conns;
+  /* The registered publishers and subscribers (most recent first), so that an UPDATE looks at
+   * those and not at every connection; and the publishers by id (a chained hash table of
+   * pub_ids_cap buckets, a power of two): CHANNEL and PROFILE answers name them. */
+  conn *pubs, *subs;
+  conn **pub_ids, **pub_topics; /* (pub_topics: by topic, as many buckets) */
+  size_t n_pubs, pub_ids_cap;
   size_t max_conns; /* client limit */
   ezi_dag *dag;
   segment *segs;
@@ -164,8 +173,9 @@ struct ez_server {
   conn *graveyard;            /* closed connections waiting to be freed */
   uint64_t reap_timer;
   char address[300];
-  int dialect;     /* EZ_DIALECT_PROFILING or EZ_DIALECT_RELEASED */
-  size_t in_total; /* input buffered by every connection (IN_BUDGET) */
+  int dialect;      /* EZ_DIALECT_PROFILING or EZ_DIALECT_RELEASED */
+  size_t in_total;  /* input buffered by every connection (IN_BUDGET) */
+  ezi_buf spare_in; /* an input buffer for the next connection that has none (on_conn) */
   /* the released dialect's state */
   gs_route *routes; /* process requests waiting for their answers */
   gs_setting *settings;
@@ -200,8 +210,10 @@ void ezi_gs_notify_sub(server *s, conn *sub, op *o);
 /* UPDATE to every subscriber downstream of `topic` (only the ezmsg-c ones, which sent X_CLIENT,
  * with ezc_only). */
 void ezi_gs_notify_down(server *s, const char *topic, op *o, bool ezc_only);
-/* The registered client of state st with id (n bytes), or NULL. */
-conn *ezi_gs_find(server *s, const char *id, size_t n, cstate st);
+/* c has just become C_PUB or C_SUB: enters the server's lists (and a publisher its id index). */
+void ezi_gs_registered(server *s, conn *c);
+/* The registered publisher with id (n bytes), or NULL. */
+conn *ezi_gs_find_pub(server *s, const char *id, size_t n);
 
 /* Queues bytes to a client and writes what the socket takes now; a client past OUT_LIMIT is
  * dropped (closed on the next loop turn, so callers iterating clients stay safe). */

@@ -109,17 +109,124 @@ void ezi_gs_op_launch(op *o, uint64_t timeout_ns) {
   if (timeout_ns) o->timer = ezi_loop_timer(o->srv->loop, ezi_now_ns() + timeout_ns, op_timeout, o);
 }
 
+/* ---- registered publishers and subscribers ------------------------------------------------ */
+
+static size_t bucket_of(const char *s, size_t n, size_t cap) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+  return (size_t)(h ^ (h >> 32)) & (cap - 1);
+}
+
+static size_t id_bucket(const char *id, size_t cap) { return bucket_of(id, 36, cap); }
+static size_t topic_bucket(const char *t, size_t cap) { return bucket_of(t, strlen(t), cap); }
+
+/* Doubles the id index once publishers outnumber its buckets. Without memory for that, the
+ * chains just grow longer. */
+static void grow_ids(server *s) {
+  size_t cap = s->pub_ids_cap ? s->pub_ids_cap * 2 : 64;
+  conn **t = calloc(cap, sizeof *t), **tt = calloc(cap, sizeof *tt);
+  if (!t || !tt) {
+    free(t);
+    free(tt);
+    return;
+  }
+  for (conn *p = s->pubs; p; p = p->role_next) {
+    size_t b = id_bucket(p->id, cap);
+    p->id_next = t[b];
+    t[b] = p;
+    b = topic_bucket(p->topic, cap);
+    p->topic_next = tt[b];
+    tt[b] = p;
+  }
+  free(s->pub_ids);
+  free(s->pub_topics);
+  s->pub_ids = t;
+  s->pub_topics = tt;
+  s->pub_ids_cap = cap;
+}
+
+void ezi_gs_registered(server *s, conn *c) {
+  conn **head = c->st == C_PUB ? &s->pubs : &s->subs;
+  c->role_prev = NULL;
+  c->role_next = *head;
+  if (*head) (*head)->role_prev = c;
+  *head = c;
+  if (c->st != C_PUB) return;
+  s->n_pubs++;
+  if (s->n_pubs > s->pub_ids_cap) grow_ids(s); /* (also indexes c) */
+  if (!s->pub_ids_cap) return;                 /* no memory: found by the list instead */
+  size_t b = id_bucket(c->id, s->pub_ids_cap);
+  for (conn *p = s->pub_ids[b]; p; p = p->id_next)
+    if (p == c) return; /* (grow_ids indexed it) */
+  c->id_next = s->pub_ids[b];
+  s->pub_ids[b] = c;
+  b = topic_bucket(c->topic, s->pub_ids_cap);
+  c->topic_next = s->pub_topics[b];
+  s->pub_topics[b] = c;
+}
+
+/* c, registered (was: its state), leaves the lists. */
+static void unregister(server *s, conn *c, cstate was) {
+  if (c->role_prev)
+    c->role_prev->role_next = c->role_next;
+  else if (was == C_PUB)
+    s->pubs = c->role_next;
+  else
+    s->subs = c->role_next;
+  if (c->role_next) c->role_next->role_prev = c->role_prev;
+  if (was != C_PUB) return;
+  s->n_pubs--;
+  if (!s->pub_ids_cap) return;
+  for (conn **p = &s->pub_ids[id_bucket(c->id, s->pub_ids_cap)]; *p; p = &(*p)->id_next)
+    if (*p == c) {
+      *p = c->id_next;
+      break;
+    }
+  for (conn **p = &s->pub_topics[topic_bucket(c->topic, s->pub_ids_cap)]; *p; p = &(*p)->topic_next)
+    if (*p == c) {
+      *p = c->topic_next;
+      break;
+    }
+}
+
+conn *ezi_gs_find_pub(server *s, const char *id, size_t n) {
+  if (n != 36) return NULL;
+  if (!s->pub_ids_cap) {
+    for (conn *p = s->pubs; p; p = p->role_next)
+      if (memcmp(p->id, id, 36) == 0) return p;
+    return NULL;
+  }
+  for (conn *p = s->pub_ids[id_bucket(id, s->pub_ids_cap)]; p; p = p->id_next)
+    if (memcmp(p->id, id, 36) == 0) return p;
+  return NULL;
+}
+
 /* ---- topology ------------------------------------------------------------------------------ */
 
 /* Sends UPDATE to subscriber `sub` listing every publisher upstream of its topic; o waits for it.
  */
+typedef struct upstream {
+  server *s;
+  ezi_buf *ids;
+} upstream;
+
+/* The publishers of `topic`, into the id list. */
+static void add_pubs_of(void *arg, const char *topic) {
+  upstream *u = arg;
+  server *s = u->s;
+  conn *p = s->pub_ids_cap ? s->pub_topics[topic_bucket(topic, s->pub_ids_cap)] : s->pubs;
+  for (; p; p = s->pub_ids_cap ? p->topic_next : p->role_next) {
+    if (strcmp(p->topic, topic) != 0) continue;
+    if (u->ids->len) ezi_buf_put_u8(u->ids, ',');
+    ezi_buf_put(u->ids, p->id, 36);
+  }
+}
+
 void ezi_gs_notify_sub(server *s, conn *sub, op *o) {
   ezi_buf ids = {0}, b = {0};
-  for (conn *p = s->conns; p; p = p->next) {
-    if (p->st != C_PUB || !ezi_dag_reaches(s->dag, p->topic, sub->topic)) continue;
-    if (ids.len) ezi_buf_put_u8(&ids, ',');
-    ezi_buf_put(&ids, p->id, 36);
-  }
+  upstream u = {s, &ids};
+  ezi_dag_upstream(s->dag, sub->topic, add_pubs_of, &u);
   ezi_buf_put_u8(&b, EZI_UPDATE);
   ezi_buf_put_str(&b, ids.len ? (const char *)ids.data : "", ids.len);
   ezi_buf_free(&ids);
@@ -130,18 +237,11 @@ void ezi_gs_notify_sub(server *s, conn *sub, op *o) {
 
 /* UPDATE to every subscriber downstream of `topic`. */
 void ezi_gs_notify_down(server *s, const char *topic, op *o, bool ezc_only) {
-  for (conn *c = s->conns, *n; c; c = n) {
-    n = c->next;
-    if (c->st == C_SUB && (c->ezc || !ezc_only) && ezi_dag_reaches(s->dag, topic, c->topic))
+  for (conn *c = s->subs, *n; c; c = n) {
+    n = c->role_next;
+    if ((c->ezc || !ezc_only) && ezi_dag_reaches(s->dag, topic, c->topic))
       ezi_gs_notify_sub(s, c, o);
   }
-}
-
-conn *ezi_gs_find(server *s, const char *id, size_t n, cstate st) {
-  if (n != 36) return NULL;
-  for (conn *c = s->conns; c; c = c->next)
-    if (c->st == st && memcmp(c->id, id, 36) == 0) return c;
-  return NULL;
 }
 
 /* ---- connection I/O ------------------------------------------------------------------------ */
@@ -248,6 +348,7 @@ void ezi_gs_close(conn *c) {
     s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   s->n_conns--;
+  if (was == C_PUB || was == C_SUB) unregister(s, c, was);
   drain_waiters(c);
   s->in_total -= c->in_charged;
   if (c->sniff_timer) ezi_loop_cancel(s->loop, c->sniff_timer);

@@ -21,7 +21,8 @@ typedef struct node {
   uint32_t *out; /* targets (slot indices), unordered */
   owners *own;   /* own[k]: the owners of the edge to out[k] (never none) */
   uint32_t n_out, cap_out;
-  uint32_t n_in;
+  uint32_t *in; /* sources (slot indices), unordered: for ezi_dag_upstream */
+  uint32_t n_in, cap_in;
 } node;
 
 struct ezi_dag {
@@ -62,6 +63,7 @@ static void free_node_parts(node *nd) {
   free(nd->name);
   free(nd->out);
   free(nd->own);
+  free(nd->in);
 }
 
 void ezi_dag_free(ezi_dag *d) {
@@ -144,10 +146,16 @@ static int reserve(ezi_dag *d, uint32_t extra) {
 
 /* Inserts a prepared node (name already allocated) into a slot; room was reserved. */
 static uint32_t insert_node(ezi_dag *d, char *name, size_t len, uint64_t h, uint32_t *out,
-                            owners *own, uint32_t cap_out) {
+                            owners *own, uint32_t cap_out, uint32_t *in, uint32_t cap_in) {
   uint32_t slot = d->n_free ? d->free_slots[--d->n_free] : d->n_slots++;
-  d->nodes[slot] =
-      (node){.name = name, .len = len, .hash = h, .out = out, .own = own, .cap_out = cap_out};
+  d->nodes[slot] = (node){.name = name,
+                          .len = len,
+                          .hash = h,
+                          .out = out,
+                          .own = own,
+                          .cap_out = cap_out,
+                          .in = in,
+                          .cap_in = cap_in};
   d->table[probe(d, name, len, h)] = slot + 1;
   d->n_live++;
   return slot;
@@ -260,6 +268,18 @@ static int grow_out(node *nd) {
   return 0;
 }
 
+/* Room for one more in-edge of nd. */
+static int grow_in(node *nd) {
+  if (nd->n_in < nd->cap_in) return 0;
+  if (nd->cap_in > UINT32_MAX / 2) return EZ_ENOMEM;
+  uint32_t nc = nd->cap_in ? nd->cap_in * 2 : 4;
+  uint32_t *p = realloc(nd->in, (size_t)nc * sizeof(*p));
+  if (!p) return EZ_ENOMEM;
+  nd->in = p;
+  nd->cap_in = nc;
+  return 0;
+}
+
 int ezi_dag_add_edge_owned(ezi_dag *d, const char *from, const char *to, const char *owner,
                            bool *changed) {
   if (changed) *changed = false;
@@ -280,7 +300,7 @@ int ezi_dag_add_edge_owned(ezi_dag *d, const char *from, const char *to, const c
   int rc = reserve(d, (fi < 0) + (ti < 0));
   if (rc) return rc;
   char *nf = NULL, *nt = NULL;
-  uint32_t *fout = NULL;
+  uint32_t *fout = NULL, *tin = NULL;
   owners *fown = NULL, first = {0};
   uint32_t fcap = 0;
   if (fi < 0) {
@@ -291,21 +311,31 @@ int ezi_dag_add_edge_owned(ezi_dag *d, const char *from, const char *to, const c
   } else if ((rc = grow_out(&d->nodes[fi]))) {
     return rc;
   }
-  if (ti < 0) nt = malloc(lt + 1);
-  if ((fi < 0 && (!nf || !fout || !fown)) || (ti < 0 && !nt) || owner_add(&first, owner)) {
+  if (ti < 0) {
+    nt = malloc(lt + 1);
+    tin = malloc(4 * sizeof(uint32_t));
+  } else if ((rc = grow_in(&d->nodes[ti]))) {
+    free(nf);
+    free(fout);
+    free(fown);
+    return rc;
+  }
+  if ((fi < 0 && (!nf || !fout || !fown)) || (ti < 0 && (!nt || !tin)) ||
+      owner_add(&first, owner)) {
     free(nf);
     free(nt);
+    free(tin);
     free(fout);
     free(fown);
     free_owners(&first);
     return EZ_ENOMEM;
   }
-  if (fi < 0) fi = insert_node(d, memcpy(nf, from, lf + 1), lf, hf, fout, fown, fcap);
-  if (ti < 0) ti = insert_node(d, memcpy(nt, to, lt + 1), lt, ht, NULL, NULL, 0);
-  node *fn = &d->nodes[fi];
+  if (fi < 0) fi = insert_node(d, memcpy(nf, from, lf + 1), lf, hf, fout, fown, fcap, NULL, 0);
+  if (ti < 0) ti = insert_node(d, memcpy(nt, to, lt + 1), lt, ht, NULL, NULL, 0, tin, 4);
+  node *fn = &d->nodes[fi], *tn = &d->nodes[ti];
   fn->own[fn->n_out] = first;
   fn->out[fn->n_out++] = (uint32_t)ti;
-  d->nodes[ti].n_in++;
+  tn->in[tn->n_in++] = (uint32_t)fi;
   d->n_edges++;
   if (changed) *changed = true;
   return 0;
@@ -332,12 +362,17 @@ int ezi_dag_remove_edge_owned(ezi_dag *d, const char *from, const char *to, cons
   fn->out[k] = fn->out[fn->n_out - 1];
   fn->own[k] = fn->own[fn->n_out - 1];
   fn->n_out--;
-  d->nodes[ti].n_in--;
+  node *tn = &d->nodes[ti];
+  for (uint32_t j = 0; j < tn->n_in; j++)
+    if (tn->in[j] == (uint32_t)fi) {
+      tn->in[j] = tn->in[--tn->n_in];
+      break;
+    }
   d->n_edges--;
   if (changed) *changed = true;
   /* Only the two ends can have lost their last edge (no other node is ever edgeless). */
   if (fn->n_out == 0 && fn->n_in == 0) delete_node(d, (uint32_t)fi);
-  node *tn = &d->nodes[ti];
+  tn = &d->nodes[ti];
   if (tn->name && tn->n_out == 0 && tn->n_in == 0) delete_node(d, (uint32_t)ti);
   return 0;
 }
@@ -412,6 +447,34 @@ bool ezi_dag_reaches(const ezi_dag *d, const char *a, const char *b) {
   int64_t bi = find(d, b, lb, hash_bytes(b, lb));
   if (bi < 0) return false;
   return reach(d, (uint32_t)ai, (uint32_t)bi);
+}
+
+void ezi_dag_upstream(const ezi_dag *d, const char *topic,
+                      void (*fn)(void *user, const char *topic), void *user) {
+  if (!topic) return;
+  size_t len = strlen(topic);
+  int64_t t = d ? find(d, topic, len, hash_bytes(topic, len)) : -1;
+  if (t < 0) {
+    fn(user, topic);
+    return;
+  }
+  uint32_t *q = d->queue;
+  uint8_t *seen = d->seen;
+  size_t head = 0, tail = 0;
+  q[tail++] = (uint32_t)t;
+  seen[t] = 1;
+  while (head < tail) {
+    const node *nd = &d->nodes[q[head++]];
+    for (uint32_t k = 0; k < nd->n_in; k++)
+      if (!seen[nd->in[k]]) {
+        seen[nd->in[k]] = 1;
+        q[tail++] = nd->in[k];
+      }
+  }
+  for (size_t k = 0; k < tail; k++) {
+    seen[q[k]] = 0;
+    fn(user, d->nodes[q[k]].name);
+  }
 }
 
 size_t ezi_dag_num_nodes(const ezi_dag *d) { return d ? d->n_live : 0; }

@@ -68,6 +68,12 @@ int ezi_dag_remove_edge(ezi_dag *d, const char *from, const char *to);
  * is a directed path a -> ... -> b. Never allocates. */
 bool ezi_dag_reaches(const ezi_dag *d, const char *a, const char *b);
 
+/* Calls fn(user, t) once for `topic` and once for every topic t with a path t -> ... -> topic,
+ * in no particular order (the strings are valid during the call; fn must not change the graph).
+ * Costs the upstream part of the graph, not the whole; never allocates. */
+void ezi_dag_upstream(const ezi_dag *d, const char *topic,
+                      void (*fn)(void *user, const char *topic), void *user);
+
 /* Number of nodes (topics with at least one edge). */
 size_t ezi_dag_num_nodes(const ezi_dag *d);
 
