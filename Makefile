@@ -78,12 +78,17 @@ format:
 # Benchmarks: ezmsg-c vs ZeroMQ vs the machine; writes bench/RESULTS.md (bench/run.sh also builds
 # $(BUILD)-notel, the same tree with telemetry compiled out), then the fan-out / fan-in sweeps,
 # bench/FANOUT.md with its plots in bench/plots (bench/fan.sh).
+# Then fixed-rate CPU per message and the 8-process pipeline, bench/RATE.md (bench/rate.sh; the
+# Python reference too with EZMSG_PY=<a PYTHONPATH holding ezmsg>).
+# Then the graph server from 100 to 10 000 topics, bench/GRAPHSIZE.md (bench/graphsize.sh).
 bench: build
 	@scripts/deps.sh bench
 	cmake -S . -B $(BUILD) -DEZ_BENCH=ON >/dev/null
 	cmake --build $(BUILD) -j$(JOBS)
 	bash bench/run.sh $(BUILD)
 	bash bench/fan.sh $(BUILD)
+	bash bench/rate.sh $(BUILD)
+	bash bench/graphsize.sh $(BUILD)
 
 # Fuzzing: builds the libFuzzer targets (clang, ASan + UBSan) into build-fuzz and runs each for
 # FUZZ_SECONDS (default 60) on a scratch copy of fuzz/corpus/<target>/, then prints a summary.
