@@ -11,11 +11,12 @@
 # round; cells are the median over the rounds, the ratio is of the medians of the same run. The
 # load average is recorded before and after every run.
 #
-# Both sides get the same queue depth, DEPTH messages: ours `-b DEPTH` (num_buffers, the slots
-# a publisher may have in flight, shared by all its subscribers), ZeroMQ `--hwm DEPTH` (the
-# high-water mark of every socket; the kernel's socket buffers come on top of it, so ZeroMQ's
-# queue is deeper than ours at the same number). 32 is ezmsg's default, 1024 about ZeroMQ's
-# (1000).
+# Fan-out gives both sides the same queue depth, DEPTH messages: ours `-b DEPTH` (num_buffers,
+# the slots a publisher may have in flight, shared by all its subscribers), ZeroMQ `--hwm DEPTH`
+# (the high-water mark of every socket; the kernel's socket buffers come on top of it, so
+# ZeroMQ's queue is deeper than ours at the same number). 32 is ezmsg's default, 1024 about
+# ZeroMQ's (1000). Fan-in: ours `-b DEPTH` per publisher, ZeroMQ at its default high-water mark
+# (with --hwm 32 its PULL sink went 200 ms without a message in most runs and failed them).
 #
 # Environment: ROUNDS (3), DURATION (0.5 s measured), WARMUP (0.2 s), NS ("1 2 4 8 16"), SIZES
 # ("64 65536"), TRS ("shm tcp"), CFGS ("fanout fanin"), DEPTHS ("32 1024": for sizes up to 4 KiB),
@@ -67,7 +68,8 @@ for round in $(seq 1 "$ROUNDS"); do
           for n in $NS; do
             ours=("$EZ" perf -c "$cfg" -T "$tr" -s "$size" -n "$n" -b "$depth" -d "$DURATION"
               -w "$WARMUP" --copy --json -q)
-            theirs=("$ZF" -m "$cfg" -T "${ZT[$tr]}" -s "$size" -n "$n" --hwm "$depth"
+            hwm=() && [ "$cfg" = fanin ] || hwm=(--hwm "$depth")
+            theirs=("$ZF" -m "$cfg" -T "${ZT[$tr]}" -s "$size" -n "$n" "${hwm[@]}"
               -d "$DURATION" -w "$WARMUP" --json)
             k="$cfg/$tr/$size/$depth/$n"
             if [ $((round % 2)) -eq 1 ]; then

@@ -54,7 +54,9 @@ L.append("- Ours: `ezmsg perf -c fanout|fanin -n N --copy`, one process per node
 L.append("- Depth D: ours `-b D` (num_buffers: the messages a publisher may have in flight, shared "
          "by all its subscribers; ezmsg's default is 32), ZeroMQ `--hwm D` (every socket's send "
          "and receive high-water mark, per connection; its default is 1000). The kernel's socket "
-         "buffers add to ZeroMQ's queue, so at the same D its queue is the deeper one.")
+         "buffers add to ZeroMQ's queue, so at the same D its queue is the deeper one. Fan-in: "
+         "ZeroMQ at its default (1000) whatever D: with `--hwm 32` its PULL sink went 200 ms "
+         "without a message in most runs, which fails them (not investigated).")
 L.append("- msgs/s: deliveries per second summed over the sinks. Latency: publish-to-receive "
          "under full load (µs). CPU: user + system seconds of every node process over the run, "
          "per delivered message (µs).\n")

@@ -51,6 +51,8 @@ struct ez_sub {
                          * watches) */
   chan_sub **locals;    /* memberships of local channels (mu) */
   size_t n_locals, lrr; /* lrr: where the next local take starts looking */
+  size_t lpull;         /* the ring channel (an index of locals) the next forced pull starts at */
+  uint32_t ltakes;      /* local takes, counted for the forced pulls (localchan.c) */
   bool rr;              /* alternates between queued notices and local channels */
   char pad0_[64];       /* local publishers read want_signal per message: a line of its own */
   uint32_t want_signal; /* atomic: a local publisher must signal (cv, efd) at its next message */
