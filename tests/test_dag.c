@@ -241,7 +241,8 @@ static bool model_reach(int a, int b) {
   return false;
 }
 
-/* ezi_dag_upstream's callback: marks topic "/m/<letter><i>" as seen (a second call fails). */
+/* ezi_dag_upstream's and ezi_dag_downstream's callback: marks topic "/m/<letter><i>" as seen (a
+ * second call fails). */
 static void upstream_seen(void *user, const char *topic) {
   bool *seen = user;
   int i = atoi(topic + 4);
@@ -280,6 +281,10 @@ static void test_model(void **state) {
     ezi_dag_upstream(d, names[b], upstream_seen, up);
     for (int i = 0; i < MN; i++)
       assert_int_equal(up[i], model_reach(i, b));
+    bool down[MN] = {0}; /* and those downstream of a, a among them */
+    ezi_dag_downstream(d, names[a], upstream_seen, down);
+    for (int i = 0; i < MN; i++)
+      assert_int_equal(down[i], model_reach(a, i));
     if (step % 500 == 0) {
       ez_graph g;
       assert_int_equal(ezi_dag_export(d, &g), 0);

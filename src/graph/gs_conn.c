@@ -236,12 +236,53 @@ void ezi_gs_notify_sub(server *s, conn *sub, op *o) {
 }
 
 /* UPDATE to every subscriber downstream of `topic`. */
+/* The topics downstream of one, collected (ezi_dag_downstream's names live only during its
+ * walk: copied), then sorted for the subscribers' lookups. */
+typedef struct downstream {
+  char **v;
+  size_t n, cap;
+  bool nomem;
+} downstream;
+
+static void add_downstream(void *arg, const char *topic) {
+  downstream *d = arg;
+  if (d->nomem) return;
+  if (d->n == d->cap) {
+    size_t nc = d->cap ? d->cap * 2 : 16;
+    char **nv = realloc(d->v, nc * sizeof *nv);
+    if (!nv) {
+      d->nomem = true;
+      return;
+    }
+    d->v = nv;
+    d->cap = nc;
+  }
+  if (!(d->v[d->n] = strdup(topic)))
+    d->nomem = true;
+  else
+    d->n++;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 void ezi_gs_notify_down(server *s, const char *topic, op *o, bool ezc_only) {
+  /* One walk down from topic, then a lookup per subscriber: asking, per subscriber, whether
+   * topic reaches its topic walked the graph once each (quadratic in a fan-out). */
+  downstream d = {0};
+  ezi_dag_downstream(s->dag, topic, add_downstream, &d);
+  if (d.n) qsort(d.v, d.n, sizeof *d.v, cmp_str);
   for (conn *c = s->subs, *n; c; c = n) {
     n = c->role_next;
-    if ((c->ezc || !ezc_only) && ezi_dag_reaches(s->dag, topic, c->topic))
-      ezi_gs_notify_sub(s, c, o);
+    if (!c->ezc && ezc_only) continue;
+    bool down = d.nomem ? ezi_dag_reaches(s->dag, topic, c->topic)
+                        : d.n && bsearch(&c->topic, d.v, d.n, sizeof *d.v, cmp_str);
+    if (down) ezi_gs_notify_sub(s, c, o);
   }
+  for (size_t i = 0; i < d.n; i++)
+    free(d.v[i]);
+  free(d.v);
 }
 
 /* ---- connection I/O ------------------------------------------------------------------------ */

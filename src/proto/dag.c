@@ -449,8 +449,9 @@ bool ezi_dag_reaches(const ezi_dag *d, const char *a, const char *b) {
   return reach(d, (uint32_t)ai, (uint32_t)bi);
 }
 
-void ezi_dag_upstream(const ezi_dag *d, const char *topic,
-                      void (*fn)(void *user, const char *topic), void *user) {
+/* Breadth-first from topic along the in-edges (up) or the out-edges; fn for each topic reached. */
+static void walk(const ezi_dag *d, const char *topic, bool up,
+                 void (*fn)(void *user, const char *topic), void *user) {
   if (!topic) return;
   size_t len = strlen(topic);
   int64_t t = d ? find(d, topic, len, hash_bytes(topic, len)) : -1;
@@ -465,16 +466,28 @@ void ezi_dag_upstream(const ezi_dag *d, const char *topic,
   seen[t] = 1;
   while (head < tail) {
     const node *nd = &d->nodes[q[head++]];
-    for (uint32_t k = 0; k < nd->n_in; k++)
-      if (!seen[nd->in[k]]) {
-        seen[nd->in[k]] = 1;
-        q[tail++] = nd->in[k];
+    const uint32_t *next = up ? nd->in : nd->out;
+    uint32_t n = up ? nd->n_in : nd->n_out;
+    for (uint32_t k = 0; k < n; k++)
+      if (!seen[next[k]]) {
+        seen[next[k]] = 1;
+        q[tail++] = next[k];
       }
   }
   for (size_t k = 0; k < tail; k++) {
     seen[q[k]] = 0;
     fn(user, d->nodes[q[k]].name);
   }
+}
+
+void ezi_dag_upstream(const ezi_dag *d, const char *topic,
+                      void (*fn)(void *user, const char *topic), void *user) {
+  walk(d, topic, true, fn, user);
+}
+
+void ezi_dag_downstream(const ezi_dag *d, const char *topic,
+                        void (*fn)(void *user, const char *topic), void *user) {
+  walk(d, topic, false, fn, user);
 }
 
 size_t ezi_dag_num_nodes(const ezi_dag *d) { return d ? d->n_live : 0; }

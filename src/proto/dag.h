@@ -74,6 +74,10 @@ bool ezi_dag_reaches(const ezi_dag *d, const char *a, const char *b);
 void ezi_dag_upstream(const ezi_dag *d, const char *topic,
                       void (*fn)(void *user, const char *topic), void *user);
 
+/* The same for `topic` and every topic t with a path topic -> ... -> t (its out-edges). */
+void ezi_dag_downstream(const ezi_dag *d, const char *topic,
+                        void (*fn)(void *user, const char *topic), void *user);
+
 /* Number of nodes (topics with at least one edge). */
 size_t ezi_dag_num_nodes(const ezi_dag *d);
 
