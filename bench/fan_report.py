@@ -4,21 +4,12 @@ scripts in PLOTS (one per configuration, transport and size: deliveries/s agains
 ZeroMQ; fan.sh renders them to PNG). Cells are medians over the rounds; failed runs are listed."""
 import json, os, statistics, sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import rawruns  # noqa: E402
+
 raw, out, plots = sys.argv[1:4]
 E = os.environ
-runs, fails, loads = {}, [], []
-for line in open(raw):
-    key, rnd, load, text = line.rstrip("\n").split("\t", 3)
-    loads.append(float(load.split()[1]))
-    try:
-        rec = json.loads(text)
-        rec = rec["results"][0] if "results" in rec else rec
-    except (ValueError, KeyError, IndexError):
-        rec = {"ok": False, "error": "no output (timeout or crash)"}
-    if not rec.get("ok"):
-        fails.append((key, rnd, load, rec.get("error")))
-        continue
-    runs.setdefault(key, []).append(rec)
+runs, fails, loads = rawruns.load(raw)
 
 
 def med(key, field):

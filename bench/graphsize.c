@@ -31,6 +31,7 @@
  * --hold keeps the graph S seconds after printing, for a profiler to look at. */
 #define _GNU_SOURCE
 #include <ezmsg/ezmsg.h>
+#include "benchutil.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -61,18 +62,6 @@ static int g_ready[2], g_go[2];
 static pid_t g_pids[MAX_PROCS];
 static int g_spawned;
 static volatile sig_atomic_t g_stop;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleep_s(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !g_stop) {
-  }
-}
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...) {
@@ -149,11 +138,11 @@ static void on_term(int sig) {
 static void *publish_thread(void *arg) {
   worker *w = arg;
   char msg[64] = {0};
-  double next = now_s();
+  double next = bu_now_s();
   while (!g_stop) {
     next += 1.0 / g_rate;
-    double left = next - now_s();
-    if (left > 0) sleep_s(left);
+    double left = next - bu_now_s();
+    if (left > 0) bu_sleep_s(left, &g_stop);
     for (int i = 0; i < w->n && !g_stop; i++)
       ez_publish(w->pubs[i], msg, sizeof msg, 200);
   }
@@ -223,9 +212,9 @@ static pid_t spawn_worker(int k) {
 }
 
 static void await_ready(int n, double timeout_s, const char *what) {
-  double deadline = now_s() + timeout_s;
+  double deadline = bu_now_s() + timeout_s;
   for (int got = 0; got < n; got++) {
-    int left = (int)((deadline - now_s()) * 1000);
+    int left = (int)((deadline - bu_now_s()) * 1000);
     struct pollfd pf = {.fd = g_ready[0], .events = POLLIN};
     char c;
     if (left <= 0 || poll(&pf, 1, left) <= 0) die("%s: not ready after %.0f s", what, timeout_s);
@@ -295,13 +284,8 @@ typedef struct series {
   uint64_t cpu_ns;
 } series;
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static void print_series(const char *key, series *s) {
-  qsort(s->ms, (size_t)s->n, sizeof *s->ms, cmp_double);
+  qsort(s->ms, (size_t)s->n, sizeof *s->ms, bu_cmp_double);
   int r90 = (int)(0.9 * s->n + 0.999999);
   printf("\"%s\": {\"median_ms\": %.3f, \"p90_ms\": %.3f, \"max_ms\": %.3f, \"server_cpu_us\": "
          "%.1f}, ",
@@ -312,7 +296,7 @@ static void print_series(const char *key, series *s) {
 /* kind: 0 connect, 1 join, 2 fanout, 3 dag. */
 static series run_ops(int kind, ez_context *ctx) {
   static const char *names[] = {"connect", "join", "fanout", "dag"};
-  fprintf(stderr, "ez_bench_graphsize: %s from %.6f\n", names[kind], now_s());
+  fprintf(stderr, "ez_bench_graphsize: %s from %.6f\n", names[kind], bu_now_s());
   series s = {calloc((size_t)g_calls, sizeof(double)), g_calls, 0};
   char a[64], b[64];
   for (int i = 0; i < g_calls; i++) {
@@ -323,7 +307,7 @@ static series run_ops(int kind, ez_context *ctx) {
     else
       snprintf(b, sizeof b, "/gs/y/%d", i);
     uint64_t c0 = server_cpu_ns();
-    double t0 = now_s();
+    double t0 = bu_now_s();
     int rc = 0;
     if (kind == 0) rc = ez_graph_connect(g_addr, a, b, TMO);
     if (kind == 2) rc = ez_graph_connect(g_addr, a, "/gs/fan", TMO);
@@ -331,7 +315,7 @@ static series run_ops(int kind, ez_context *ctx) {
     if (kind == 1) rc = ez_sub_create(ctx, a, NULL, &sub);
     ez_graph gr;
     if (kind == 3 && !(rc = ez_graph_dag(g_addr, &gr, TMO))) ez_graph_free(&gr);
-    s.ms[i] = (now_s() - t0) * 1e3;
+    s.ms[i] = (bu_now_s() - t0) * 1e3;
     s.cpu_ns += server_cpu_ns() - c0;
     if (rc) die("operation %d: %s", kind, ez_strerror(rc));
     if (kind == 0 || kind == 2) rc = ez_graph_disconnect(g_addr, a, kind ? "/gs/fan" : b, TMO);
@@ -391,12 +375,12 @@ int main(int argc, char **argv) {
     setrlimit(RLIMIT_NOFILE, &rl);
   }
   signal(SIGPIPE, SIG_IGN);
-  for (double t0 = now_s(); ez_graph_ping(g_addr, NULL, 0, 1000) != 0;)
-    if (now_s() - t0 > 10) die("no graph server at %s", g_addr);
+  for (double t0 = bu_now_s(); ez_graph_ping(g_addr, NULL, 0, 1000) != 0;)
+    if (bu_now_s() - t0 > 10) die("no graph server at %s", g_addr);
   long rss0 = server_status_kib("VmRSS");
   if (pipe(g_ready) || pipe(g_go)) die("pipe: %s", strerror(errno));
 
-  double t_setup = now_s();
+  double t_setup = bu_now_s();
   build_filler(filler);
   for (int k = 0; k < g_procs; k++, g_spawned++)
     g_pids[k] = spawn_worker(k);
@@ -406,17 +390,17 @@ int main(int argc, char **argv) {
     if (write(g_go[1], "g", 1) != 1) die("go: %s", strerror(errno));
   await_ready(g_procs, 120, "subscribers");
   size_t want_ch = expected_channels(), np = 0, nc = 0;
-  for (double deadline = now_s() + 60;;) {
+  for (double deadline = bu_now_s() + 60;;) {
     char *json = NULL;
     bool ok = ez_profile(g_addr, 0.1, &json, TMO) == 0 && profile_counts(json, &np, &nc) &&
               np == (size_t)g_npub && nc == want_ch;
     free(json);
     if (ok) break;
-    if (now_s() > deadline) die("%zu publishers, %zu channels after 60 s", np, nc);
-    sleep_s(0.2);
+    if (bu_now_s() > deadline) die("%zu publishers, %zu channels after 60 s", np, nc);
+    bu_sleep_s(0.2, &g_stop);
   }
-  t_setup = now_s() - t_setup;
-  sleep_s(g_window); /* a window of traffic */
+  t_setup = bu_now_s() - t_setup;
+  bu_sleep_s(g_window, &g_stop); /* a window of traffic */
   ez_graph g;
   if (ez_graph_dag(g_addr, &g, TMO)) die("DAG");
   size_t nodes = g.n_nodes;
@@ -429,20 +413,20 @@ int main(int argc, char **argv) {
   series prof = {calloc((size_t)g_calls, sizeof(double)), g_calls, 0};
   int complete = 0;
   size_t doc = 0;
-  fprintf(stderr, "ez_bench_graphsize: profile from %.6f\n", now_s());
+  fprintf(stderr, "ez_bench_graphsize: profile from %.6f\n", bu_now_s());
   for (int i = 0; i < g_calls; i++) {
     char *json = NULL;
     uint64_t c0 = server_cpu_ns();
-    double t0 = now_s();
+    double t0 = bu_now_s();
     int rc = ez_profile(g_addr, g_window, &json, TMO);
-    prof.ms[i] = (now_s() - t0) * 1e3;
+    prof.ms[i] = (bu_now_s() - t0) * 1e3;
     prof.cpu_ns += server_cpu_ns() - c0;
     if (rc) die("ez_profile: %s", ez_strerror(rc));
     doc = strlen(json);
     complete += profile_counts(json, &np, &nc) && np == (size_t)g_npub && nc == want_ch;
     free(json);
   }
-  fprintf(stderr, "ez_bench_graphsize: done at %.6f\n", now_s());
+  fprintf(stderr, "ez_bench_graphsize: done at %.6f\n", bu_now_s());
   int fds = server_fds();
   long rss = server_status_kib("VmRSS"), hwm = server_status_kib("VmHWM");
   ez_context_close(ctx);
@@ -461,19 +445,19 @@ int main(int argc, char **argv) {
          "\"rss_kib\": %ld, \"hwm_kib\": %ld}\n",
          complete, (double)doc / 1024.0, rss0, rss, hwm);
   fflush(stdout);
-  sleep_s(g_hold); /* the graph stays for a profiler's look */
+  bu_sleep_s(g_hold, &g_stop); /* the graph stays for a profiler's look */
 
   for (int k = 0; k < g_procs; k++)
     kill(g_pids[k], SIGTERM);
-  double deadline = now_s() + 10;
+  double deadline = bu_now_s() + 10;
   for (int k = 0; k < g_procs; k++) {
     while (waitpid(g_pids[k], NULL, WNOHANG) == 0) {
-      if (now_s() > deadline) {
+      if (bu_now_s() > deadline) {
         kill(g_pids[k], SIGKILL);
         waitpid(g_pids[k], NULL, 0);
         break;
       }
-      sleep_s(0.02);
+      bu_sleep_s(0.02, &g_stop);
     }
   }
   free(conn.ms);

@@ -4,20 +4,12 @@ scripts in PLOTS (CPU per message and p99 latency against the rate, one per size
 them to PNG). Cells are medians over the rounds; failed runs are listed."""
 import json, os, statistics, sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import rawruns  # noqa: E402
+
 raw, out, plots = sys.argv[1:4]
 E = os.environ
-runs, fails, loads = {}, [], []
-for line in open(raw):
-    key, rnd, load, text = line.rstrip("\n").split("\t", 3)
-    loads.append(float(load.split()[1]))
-    try:
-        rec = json.loads(text)
-    except ValueError:
-        rec = {"ok": False, "error": "no output (timeout or crash)"}
-    if not rec.get("ok"):
-        fails.append((key, rnd, load, rec.get("error")))
-        continue
-    runs.setdefault(key, []).append(rec)
+runs, fails, loads = rawruns.load(raw)
 
 IMPLS = [("ours", "ours"), ("spin0", "ours, EZMSG_SPIN_US=0"), ("zmq", "ZeroMQ"),
          ("py", "Python ezmsg 3.9")]

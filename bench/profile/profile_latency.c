@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #endif
 #include "ezmsg/ezmsg.h"
+#include "../benchutil.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -46,18 +47,6 @@ static int g_procs = 4, g_per = 25, g_calls = 50, g_payload = 256;
 static double g_window = 2.0, g_rate = 20.0;
 static bool g_header;
 static bool g_json;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleep_s(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...) {
@@ -123,11 +112,11 @@ static void *publish_thread(void *arg) {
   worker *w = arg;
   uint8_t *buf = calloc(1, (size_t)g_payload);
   if (!buf) _exit(5);
-  double period = 1.0 / g_rate, next = now_s();
+  double period = 1.0 / g_rate, next = bu_now_s();
   for (uint64_t k = 0;; k++) {
     next += period;
-    double left = next - now_s();
-    if (left > 0) sleep_s(left);
+    double left = next - bu_now_s();
+    if (left > 0) bu_sleep_s(left, NULL);
     memcpy(buf, &k, sizeof k < (size_t)g_payload ? sizeof k : (size_t)g_payload);
     for (int i = 0; i < w->n; i++)
       ez_publish(w->pubs[i], buf, (size_t)g_payload, 1000);
@@ -177,9 +166,9 @@ bad:
 
 /* Waits for one readiness byte per child on rfd. */
 static void await_ready(int rfd, int n, double timeout_s, const char *what) {
-  double deadline = now_s() + timeout_s;
+  double deadline = bu_now_s() + timeout_s;
   for (int got = 0; got < n;) {
-    int left = (int)((deadline - now_s()) * 1000);
+    int left = (int)((deadline - bu_now_s()) * 1000);
     struct pollfd pf = {.fd = rfd, .events = POLLIN};
     if (left <= 0 || poll(&pf, 1, left) <= 0) die("%s: not ready after %.0f s", what, timeout_s);
     char c;
@@ -190,11 +179,6 @@ static void await_ready(int rfd, int n, double timeout_s, const char *what) {
 }
 
 /* ---- measurement --------------------------------------------------------------------------- */
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 /* Nearest rank: the ceil(p * n)-th smallest. */
 static double pct(const double *sorted, int n, double p) {
@@ -281,7 +265,7 @@ int main(int argc, char **argv) {
 
   /* Every endpoint registered and answering, then one more window of traffic. */
   size_t want = (size_t)g_procs * (size_t)g_per, np = 0, nc = 0;
-  double deadline = now_s() + 60;
+  double deadline = bu_now_s() + 60;
   for (;;) {
     char *json = NULL;
     if (ez_profile(addr, 0.1, &json, 10000) == 0 && count_endpoints(json, &np, &nc) == 0 &&
@@ -290,10 +274,10 @@ int main(int argc, char **argv) {
       break;
     }
     free(json);
-    if (now_s() > deadline) die("only %zu publishers / %zu channels after 60 s", np, nc);
-    sleep_s(0.2);
+    if (bu_now_s() > deadline) die("only %zu publishers / %zu channels after 60 s", np, nc);
+    bu_sleep_s(0.2, NULL);
   }
-  sleep_s(g_window);
+  bu_sleep_s(g_window, NULL);
 
   double *ms = calloc((size_t)g_calls, sizeof *ms);
   if (!ms) die("out of memory");
@@ -301,9 +285,9 @@ int main(int argc, char **argv) {
   size_t doc_bytes = 0;
   for (int i = 0; i < g_calls; i++) {
     char *json = NULL;
-    double t0 = now_s();
+    double t0 = bu_now_s();
     int rc = ez_profile(addr, g_window, &json, 10000);
-    ms[i] = (now_s() - t0) * 1e3;
+    ms[i] = (bu_now_s() - t0) * 1e3;
     if (rc) {
       failed++;
       fprintf(stderr, "profile_latency: call %d: %s\n", i, ez_strerror(rc));
@@ -313,7 +297,7 @@ int main(int argc, char **argv) {
     if (count_endpoints(json, &np, &nc) == 0 && np == want && nc == want) complete++;
     free(json);
   }
-  qsort(ms, (size_t)g_calls, sizeof *ms, cmp_double);
+  qsort(ms, (size_t)g_calls, sizeof *ms, bu_cmp_double);
 
   if (g_json) {
     printf("{\"ok\": %s, \"endpoints\": %zu, \"processes\": %d, \"window_s\": %.1f, \"calls\": %d, "
