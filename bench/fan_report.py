@@ -81,7 +81,7 @@ for g in groups:
                         f"{med('zmq/' + k, 'msgs_per_s') or 'NaN'} "
                         f"{med('spin0/' + k, 'msgs_per_s') or 'NaN'}\n")
     with open(os.path.join(plots, name + ".gp"), "w") as p:
-        p.write(f"""set terminal png size 640,400
+        p.write(f"""set terminal png size 800,450 noenhanced
 set output '{os.path.join(plots, name + ".png")}'
 set title '{cfg} {tr}, {size} B, depth {depth}: deliveries/s summed over sinks (median)'
 set xlabel 'N processes'
