@@ -4,6 +4,7 @@
 #include "harness.h"
 
 #include "proto/dag.h"
+#include "base/strlist.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -302,6 +303,28 @@ static void test_model(void **state) {
     }
   }
   ezi_dag_free(d);
+}
+
+/* The string list the graph server collects walks' names in (base/strlist.h): copies, in order,
+ * past its first growth. */
+static void test_strlist(void **state) {
+  (void)state;
+  ezi_strlist l = {0};
+  char name[16];
+  for (int i = 0; i < 40; i++) {
+    snprintf(name, sizeof name, "/t/%d", i);
+    ezi_strlist_add(&l, name);
+  }
+  name[0] = 0; /* the list holds copies */
+  assert_int_equal(l.n, 40);
+  assert_false(l.nomem);
+  assert_string_equal(l.v[0], "/t/0");
+  assert_string_equal(l.v[39], "/t/39");
+  assert_true(ezi_strlist_has(&l, "/t/17"));
+  assert_false(ezi_strlist_has(&l, "/t/40"));
+  ezi_strlist_free(&l);
+  assert_int_equal(l.n, 0);
+  assert_null(l.v);
 }
 
 /* ---- pickles -------------------------------------------------------------------------------- */
@@ -925,7 +948,7 @@ int main(void) {
       cmocka_unit_test(test_malformed),        cmocka_unit_test(test_globals),
       cmocka_unit_test(test_formats),          cmocka_unit_test(test_owners),
       cmocka_unit_test(test_owners_model),     cmocka_unit_test(test_v39_vectors),
-      cmocka_unit_test(test_v39_malformed),
+      cmocka_unit_test(test_v39_malformed),    cmocka_unit_test(test_strlist),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,6 +2,7 @@
  * answers, and the UPDATEs that tell subscribers of topology changes (gs.h). */
 #include "graph/gs.h"
 #include "graph/gs_released.h"
+#include "base/strlist.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,32 +237,8 @@ void ezi_gs_notify_sub(server *s, conn *sub, op *o) {
 }
 
 /* UPDATE to every subscriber downstream of `topic`. */
-/* The topics downstream of one, collected (ezi_dag_downstream's names live only during its
- * walk: copied), then sorted for the subscribers' lookups. */
-typedef struct downstream {
-  char **v;
-  size_t n, cap;
-  bool nomem;
-} downstream;
-
-static void add_downstream(void *arg, const char *topic) {
-  downstream *d = arg;
-  if (d->nomem) return;
-  if (d->n == d->cap) {
-    size_t nc = d->cap ? d->cap * 2 : 16;
-    char **nv = realloc(d->v, nc * sizeof *nv);
-    if (!nv) {
-      d->nomem = true;
-      return;
-    }
-    d->v = nv;
-    d->cap = nc;
-  }
-  if (!(d->v[d->n] = strdup(topic)))
-    d->nomem = true;
-  else
-    d->n++;
-}
+/* ezi_dag_downstream's names live only during its walk: copied. */
+static void add_downstream(void *arg, const char *topic) { ezi_strlist_add(arg, topic); }
 
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
@@ -270,7 +247,7 @@ static int cmp_str(const void *a, const void *b) {
 void ezi_gs_notify_down(server *s, const char *topic, op *o, bool ezc_only) {
   /* One walk down from topic, then a lookup per subscriber: asking, per subscriber, whether
    * topic reaches its topic walked the graph once each (quadratic in a fan-out). */
-  downstream d = {0};
+  ezi_strlist d = {0};
   ezi_dag_downstream(s->dag, topic, add_downstream, &d);
   if (d.n) qsort(d.v, d.n, sizeof *d.v, cmp_str);
   for (conn *c = s->subs, *n; c; c = n) {
@@ -280,9 +257,7 @@ void ezi_gs_notify_down(server *s, const char *topic, op *o, bool ezc_only) {
                         : d.n && bsearch(&c->topic, d.v, d.n, sizeof *d.v, cmp_str);
     if (down) ezi_gs_notify_sub(s, c, o);
   }
-  for (size_t i = 0; i < d.n; i++)
-    free(d.v[i]);
-  free(d.v);
+  ezi_strlist_free(&d);
 }
 
 /* ---- connection I/O ------------------------------------------------------------------------ */

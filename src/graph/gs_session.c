@@ -3,6 +3,7 @@
  * settings, and route requests to processes. Requests are answered in order, one at a time:
  * while one waits (for subscribers' UPDATE answers, or a process), the next waits unparsed. */
 #include "graph/gs_released.h"
+#include "base/strlist.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,31 +153,9 @@ static void edge_request(server *s, conn *c, const ezi_gs_req *q) {
 }
 
 /* The `to` topics of the edges a session's end removed (ezi_dag_remove_owner's callback). */
-typedef struct gone_edges {
-  char **to;
-  size_t n, cap;
-  bool nomem;
-} gone_edges;
-
 static void edge_gone(void *user, const char *from, const char *to) {
   (void)from;
-  gone_edges *g = user;
-  for (size_t i = 0; i < g->n; i++)
-    if (!strcmp(g->to[i], to)) return;
-  if (g->n == g->cap) {
-    size_t cap = g->cap ? g->cap * 2 : 8;
-    char **v = realloc(g->to, cap * sizeof *v);
-    if (!v) {
-      g->nomem = true;
-      return;
-    }
-    g->to = v;
-    g->cap = cap;
-  }
-  if (!(g->to[g->n] = strdup(to)))
-    g->nomem = true;
-  else
-    g->n++;
+  if (!ezi_strlist_has(user, to)) ezi_strlist_add(user, to);
 }
 
 /* Removes every edge of the session, metadata and settings (SESSION_CLEAR, or its close): the
@@ -184,7 +163,7 @@ static void edge_gone(void *user, const char *from, const char *to) {
  */
 static void clear(server *s, conn *c, op *o) {
   gs_session *g = c->sess;
-  gone_edges gone = {0};
+  ezi_strlist gone = {0};
   if (ezi_dag_remove_owner(s->dag, c->id, edge_gone, &gone) == EZ_ENOMEM || gone.nomem)
     EZI_WARN("graph server: out of memory ending session %s's edges", c->id);
   while (g->n_edges)
@@ -194,15 +173,14 @@ static void clear(server *s, conn *c, op *o) {
   g->meta_doc = NULL;
   g->meta = NULL;
   if (gone.n)
-    ezi_gs_topology_event(s, EZI_M39_GRAPH_CHANGED, (const char *const *)gone.to, gone.n, c->id,
+    ezi_gs_topology_event(s, EZI_M39_GRAPH_CHANGED, (const char *const *)gone.v, gone.n, c->id,
                           NULL);
   for (size_t i = 0; i < gone.n; i++) {
     op *n = o ? o : ezi_gs_op_new(s, OP_NOTIFY, NULL);
-    if (n) ezi_gs_notify_down(s, gone.to[i], n, false);
+    if (n) ezi_gs_notify_down(s, gone.v[i], n, false);
     if (n && !o) ezi_gs_op_launch(n, UPDATE_TIMEOUT_NS);
-    free(gone.to[i]);
   }
-  free(gone.to);
+  ezi_strlist_free(&gone);
 }
 
 /* ---- metadata and snapshots ----------------------------------------------------------------- */
