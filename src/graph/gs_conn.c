@@ -148,6 +148,7 @@ static void grow_ids(server *s) {
 }
 
 void ezi_gs_registered(server *s, conn *c) {
+  if (c->st == C_PUB && s->n_pubs + 1 > s->pub_ids_cap) grow_ids(s); /* (before c is listed) */
   conn **head = c->st == C_PUB ? &s->pubs : &s->subs;
   c->role_prev = NULL;
   c->role_next = *head;
@@ -155,11 +156,8 @@ void ezi_gs_registered(server *s, conn *c) {
   *head = c;
   if (c->st != C_PUB) return;
   s->n_pubs++;
-  if (s->n_pubs > s->pub_ids_cap) grow_ids(s); /* (also indexes c) */
-  if (!s->pub_ids_cap) return;                 /* no memory: found by the list instead */
+  if (!s->pub_ids_cap) return; /* no memory: found by the list instead */
   size_t b = id_bucket(c->id, s->pub_ids_cap);
-  for (conn *p = s->pub_ids[b]; p; p = p->id_next)
-    if (p == c) return; /* (grow_ids indexed it) */
   c->id_next = s->pub_ids[b];
   s->pub_ids[b] = c;
   b = topic_bucket(c->topic, s->pub_ids_cap);
@@ -205,8 +203,7 @@ conn *ezi_gs_find_pub(server *s, const char *id, size_t n) {
 
 /* ---- topology ------------------------------------------------------------------------------ */
 
-/* Sends UPDATE to subscriber `sub` listing every publisher upstream of its topic; o waits for it.
- */
+/* The server and the id list an UPDATE's upstream walk fills (add_pubs_of). */
 typedef struct upstream {
   server *s;
   ezi_buf *ids;
@@ -224,6 +221,8 @@ static void add_pubs_of(void *arg, const char *topic) {
   }
 }
 
+/* Sends UPDATE to subscriber `sub` listing every publisher upstream of its topic (in the walk's
+ * order: the reference's subscribers read the list as a set); o waits for it. */
 void ezi_gs_notify_sub(server *s, conn *sub, op *o) {
   ezi_buf ids = {0}, b = {0};
   upstream u = {s, &ids};
