@@ -127,7 +127,7 @@ static uint64_t cli_payload(const ez_msg *m, size_t n) {
 #define DIRECT_PAYLOAD ((int)EZI_DIRECT_READ_MIN)
 #define DIRECT_FRAME_BYTES ((size_t)DIRECT_PAYLOAD + 58)
 /* The publisher proposes a window of this many messages; the channel then allocates room for the
- * size of each when the window starts (tcpring.c, ezi_chan_win_start). */
+ * size of each when the window starts (tcpring.c, ezi_tcpring_start). */
 #define TCP_WINDOW 1000
 #define WIN_BYTES (TCP_WINDOW * sizeof(uint64_t))
 

@@ -5,7 +5,10 @@
  * processes that subscribe to each other at the same moment must not wait on each other's I/O
  * threads. Nor for the graph server: a segment is attached (SHM_ATTACH) asynchronously, and the
  * link stops reading from its publisher until that is done. */
-#include "chan/channel.h"
+#include "chan/chanlink.h"
+#include "chan/notices.h"
+#include "rx/ringchan.h"
+#include "rx/tcpring.h"
 #include "proto/dialect.h"
 #include "base/rxbudget.h"
 #include "base/shmguard.h"
@@ -33,8 +36,8 @@ void ezi_chan_link_close(chan *c) {
   ezi_outbox_close(c->ctx, &c->acks);
   close(c->pw.fd);
   c->pw.fd = -1;
-  if (c->cur) { /* a TCP ring's chunk: its messages may still be held */
-    ezi_tcpring_link_closed(c);
+  if (c->cur) { /* the mode reads into buffers of its own: their messages may still be held */
+    c->rx->link_closed(c);
   } else {
     ezi_buf_free(&c->pin);
     ezi_rx_give(&c->rx_bytes, c->pin_acct);
@@ -76,25 +79,6 @@ static void answer_name(chan *c) {
   uint8_t b[9] = {c->seg ? EZI_SHM_OK : EZI_SHM_ATTACH_FAILED};
   ezi_put_u64le(b + 1, (uint64_t)c->ctx->pid);
   ezi_outbox_put(c->ctx, &c->acks, b, 9);
-}
-
-/* Checks and delivers a TX_TCP message of `size` bytes in `owned` (a buffer of `cap` bytes
- * from ezi_chan_buf_take, which this takes): 0, or EZ_EPROTO. */
-static int deliver_tcp(chan *c, uint64_t msg_id, uint64_t size, uint8_t *owned, size_t cap,
-                       uint64_t now) {
-  ezi_unmarshalled um;
-  if (ezi_unmarshal(owned, (size_t)size, &um) || um.size != size || um.msg_id != msg_id) {
-    ezi_chan_buf_free(c, owned, cap);
-    return EZ_EPROTO;
-  }
-  pthread_mutex_lock(&c->mu);
-  c->mode = "tcp";
-  int took = ezi_chan_deliver(c, msg_id, &um, owned, cap, NULL, now);
-  pthread_mutex_unlock(&c->mu);
-  ezi_chan_release_drops(c);
-  if (took < 0) return EZ_EPROTO;
-  if (!took) ezi_chan_ack(c, msg_id);
-  return 0;
 }
 
 /* c->pin holds the start of a TX_TCP frame not complete yet: if its message is large, its body
@@ -153,76 +137,31 @@ static int big_done(chan *c, uint64_t now) {
   if (c->big.have < c->big.size) return 0;
   uint8_t *b = c->big.buf;
   c->big.buf = NULL;
-  return deliver_tcp(c, c->big.msg_id, c->big.size, b, c->big.cap, now);
+  return ezi_notices_tcp(c, c->big.msg_id, c->big.size, b, c->big.cap, now);
 }
 
 /* Parses one data frame from c->pin: bytes used, 0 for more, < 0 on a protocol error. */
 static long data_frame(chan *c, uint64_t now) {
   ezi_tx_frame f;
   int st = ezi_tx_parse(ezi_buf_head(&c->pin), ezi_buf_pending(&c->pin), &f);
-  if (st == 0 && !c->ring_on && !c->tcp_ring) return big_start(c);
+  if (st == 0 && !c->rx->ring) return big_start(c); /* (notices) */
   if (st <= 0) return st;
-  uint8_t cmd = f.cmd;
-  uint64_t msg_id = f.msg_id, size = f.size;
-  const char *name = f.name;
-  size_t nn = f.name_len;
-
-  if (cmd == EZI_X_RING) { /* an ezmsg-c publisher answers our X_HELLO */
-    int rc = ezi_lchan_ring_start(c, name, nn, msg_id);
+  if (f.cmd == EZI_X_RING) { /* an ezmsg-c publisher answers our X_HELLO */
+    int rc = ezi_ringchan_start(c, f.name, f.name_len, f.msg_id);
     if (rc) return rc;
     EZI_DEBUG("channel %s: notices from publisher %s come through shared memory now", c->id,
               c->pub_id);
     return (long)f.used;
   }
-  if (cmd == EZI_X_WIN) { /* an ezmsg-c publisher answers our X_WIN_ASK */
-    int rc = ezi_chan_win_start(c, msg_id, f.win_msgs, f.win_bytes);
+  if (f.cmd == EZI_X_WIN) { /* an ezmsg-c publisher answers our X_WIN_ASK */
+    int rc = ezi_tcpring_start(c, f.msg_id, f.win_msgs, f.win_bytes);
     return rc ? rc : (long)f.used;
   }
-  if (c->ring_on) { /* a TX_SHM wakes us up, or names the segment of a message in the ring */
-    if (cmd != EZI_TX_SHM || ezi_ring_chan_bad(c)) return EZ_EPROTO;
-    int rc = need_segment(c, name, nn);
+  if (f.cmd == EZI_TX_SHM && c->rx->shm_frames) { /* a segment we have not mapped yet */
+    int rc = need_segment(c, f.name, f.name_len);
     if (rc || c->attaching) return rc;
-    ezi_lchan_ring_seg(c, msg_id);
-    bool got = ezi_lchan_pull(c, NULL, true);
-    /* The publisher may have consumed a newer sleep request with this frame (it stored
-     * `published`, the receiver took that message itself and armed rx_sleep again, then the
-     * publisher cleared it): a pull that finds nothing new would wake nobody, and the receiver
-     * would sleep through every message after it. Then wake whoever still waits: it looks again
-     * and re-arms, so a lost request costs one spurious wake-up instead of a stall. (A pull that
-     * found messages woke every member waiting for them.) */
-    if (!got) ezi_lchan_signal_all(c);
-    ezi_lchan_trim_members(c); /* leaky subscribers' oldest go at once */
-    return ezi_ring_chan_bad(c) ? EZ_EPROTO : (long)f.used;
   }
-  if (c->tcp_ring) { /* an ezmsg-c publisher's window: the I/O thread puts into the ring */
-    int rc = ezi_tcpring_frame(c, &f, now);
-    return rc ? rc : (long)f.used;
-  }
-  if (cmd == EZI_X_TCP) return EZ_EPROTO; /* only in a window */
-  if (cmd == EZI_TX_TCP) {
-    size_t cap;
-    int err;
-    uint8_t *owned = ezi_chan_buf_take(c, size ? (size_t)size : 1, &cap, &err);
-    if (!owned) return err;
-    memcpy(owned, f.body, (size_t)size);
-    int rc = deliver_tcp(c, msg_id, size, owned, cap, now);
-    return rc ? rc : (long)f.used;
-  }
-  int rc = need_segment(c, name, nn);
-  if (rc || c->attaching) return rc;
-  ezi_seg *seg = c->seg;
-  ezi_unmarshalled um;
-  const uint8_t *d = ezi_seg_data(seg, msg_id % c->nbuf);
-  if (ezi_unmarshal(d, ezi_seg_room(seg), &um) || um.msg_id != msg_id) return EZ_EPROTO;
-  if (EZI_UNLIKELY(ezi_guard_tripped(&seg->shm.tripped))) return EZ_EPROTO; /* zeros, or less */
-  pthread_mutex_lock(&c->mu);
-  c->mode = "shm";
-  int took = ezi_chan_deliver(c, msg_id, &um, NULL, 0, seg, now);
-  pthread_mutex_unlock(&c->mu);
-  ezi_chan_release_drops(c);
-  if (took < 0) return EZ_EPROTO;
-  if (!took) ezi_chan_ack(c, msg_id);
-  return (long)f.used;
+  return c->rx->frame(c, &f, now);
 }
 
 #define GONE (-100000) /* the channel may have been freed: touch nothing */
@@ -320,10 +259,7 @@ static void drop(chan *c, long err) {
   else
     EZI_WARN_RL("channel %s: bad data from publisher %s (%s); dropping the link", c->id, c->pub_id,
                 ez_strerror((int)err));
-  if (c->tcp_ring)
-    ezi_tcpring_read_done(c);
-  else
-    ezi_chan_wake_subs(c);
+  c->rx->read_done(c); /* for what arrived before it */
   fail(c, (int)err);
 }
 
@@ -347,10 +283,7 @@ static void frame_check(void *arg) {
                 "the link",
                 c->id, c->pub_id, (unsigned long long)((now - c->frame_since) / 1000000u),
                 EZ_FRAME_TIMEOUT_ENV);
-    if (c->tcp_ring)
-      ezi_tcpring_read_done(c);
-    else
-      ezi_chan_wake_subs(c);
+    c->rx->read_done(c);
     return fail(c, EZ_ETIMEDOUT);
   }
   c->frame_timer = ezi_loop_timer(c->ctx->loop, now + t / 4, frame_check, c);
@@ -375,7 +308,8 @@ static bool consume(chan *c, uint64_t now) {
       c->pin.off += (size_t)used;
     } else if (used > 0) {
       ezi_buf_consume(&c->pin, (size_t)used);
-      int rc = c->tcp_ring ? ezi_tcpring_chunk_start(c) : 0; /* X_WIN came: reads go to chunks */
+      /* a frame that started a mode with buffers of its own (X_WIN): reads go there now */
+      int rc = c->rx->begin_reads ? c->rx->begin_reads(c) : 0;
       if (rc) used = rc;
     }
     if (used < 0) {
@@ -385,10 +319,7 @@ static bool consume(chan *c, uint64_t now) {
     if (used == 0) break;
   }
   if (c->state != CH_READY) return true;
-  if (c->tcp_ring) /* one wake-up for the whole read, and acks for what was released */
-    ezi_tcpring_read_done(c);
-  else /* receivers were not woken frame by frame: one wake-up for the whole read */
-    ezi_chan_wake_subs(c);
+  c->rx->read_done(c); /* receivers were not woken frame by frame: once for the whole read */
   return true;
 }
 
@@ -429,7 +360,7 @@ static void on_pub(ezi_watch *w, uint32_t ev) {
   long n = 0;
   uint64_t frames = c->frames;
   while (!c->attaching &&
-         (n = c->cur       ? ezi_tcpring_fill(c, w->fd)
+         (n = c->cur       ? c->rx->fill(c, w->fd)
               : c->big.buf ? big_fill(c, w->fd)
                            : ezi_buf_fill(&c->pin, w->fd,
                                           ezi_tx_limit(ezi_buf_head(&c->pin),

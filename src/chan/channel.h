@@ -1,9 +1,13 @@
-/* A channel's private state, shared by channel.c (slots, subscribers, profile, lifetime) and
- * chanlink.c (the link to a publisher in another process: handshake and data frames). */
+/* A channel's state, shared by the files of its life (channel.c, chanreg.c), its link to a
+ * remote publisher (chanlink.c) and its receive modes (rxmode.h: notices.c, rx/ringchan.c,
+ * rx/tcpring.c, pub/publocal.c, and the in-process ring they fill, ring/localchan.c); and the
+ * functions of channel.c. */
 #ifndef EZI_CHANNEL_H
 #define EZI_CHANNEL_H
 
 #include "core/context.h"
+#include "ring/localchan.h"
+#include "ring/rxmode.h"
 #include "proto/shmring.h"
 #include "proto/txframe.h"
 
@@ -42,17 +46,34 @@ typedef struct slot {
   ez_iov *iov;      /* raw pickles: the buffers */
 } slot;
 
-/* An entry of a local channel's ring (localchan.c): written by the publisher before it publishes
- * the message, read by receivers after; `refs` (atomic) counts the receivers still holding it,
- * and the last one stores freed_at before it drops refs to zero. */
-typedef struct lslot {
-  _Alignas(64) uint64_t msg_id; /* a cache line each: neighbours are written by the other side */
-  uint64_t t0, freed_at;
-  const uint8_t *data;
-  size_t len;
-  ezi_seg *seg; /* ring channels: the segment the message lives in (a reference) */
-  uint32_t refs;
-} lslot;
+/* What a channel calls in the subscriber of a membership: the callbacks the subscriber registered
+ * when it joined (ezi_chan_join), so that the channel names none of its functions. */
+typedef struct ezi_member_ops {
+  /* A pending join finished (rc 0) or failed (then sub leaves cs). I/O thread. */
+  void (*joined)(ez_sub *sub, chan_sub *cs, int rc);
+  /* The link of cs's channel to its publisher was cut after the handshake: sub leaves cs and
+   * joins the publisher again later. I/O thread. */
+  void (*lost)(ez_sub *sub, chan_sub *cs);
+  /* Queues a notice of message msg_id (chan->mu held). With defer_wake, a sleeping receiver is
+   * signalled only by the next `wake` (the I/O thread queues a whole read's batch first). False if
+   * it could not be queued (out of memory). A leaky subscriber whose queue is full drops its
+   * oldest notice to make room: it goes to *dropped (its cs NULL if none), for the caller to
+   * release once it holds no channel lock. */
+  bool (*push)(ez_sub *sub, chan_sub *cs, uint64_t msg_id, bool defer_wake, note *dropped);
+  /* Signals the receiver if a deferred push left it asleep. Any thread. */
+  void (*wake)(ez_sub *sub);
+  /* Drops every queued notice of cs, then (unlocked) passes their msg ids to fn, in order. */
+  void (*purge)(ez_sub *sub, chan_sub *cs, void (*fn)(chan_sub *, uint64_t));
+  /* Removes up to cap queued notices of cs for which drop(cs, msg_id, arg) says so (called under
+   * the subscriber's lock: it may not take a lock that comes after it), into ids; the others stay
+   * where they are, in order. Returns how many were removed. */
+  size_t (*take_if)(ez_sub *sub, chan_sub *cs, bool (*drop)(chan_sub *, uint64_t, void *),
+                    void *arg, uint64_t *ids, size_t cap);
+  /* The subscriber's part of a member's profile: its id and handle, and a leaky one's bound and
+   * what it dropped (a new reference, from the member's processing times). Any thread. */
+  json_t *(*profile)(const ez_sub *sub, const ezi_window *proc, uint64_t in_flight, uint64_t now,
+                     double window_s);
+} ezi_member_ops;
 
 /* A subscriber's membership of a channel. Its fields are guarded by chan->mu, except for a local
  * channel's members (local, shared-memory ring and TCP ring), whose t0, held, next, end, gone,
@@ -61,7 +82,8 @@ typedef struct lslot {
 struct chan_sub {
   chan *ch;
   ez_sub *sub;
-  uint64_t *t0; /* notify time per slot (0: not held); allocated once nbuf is known */
+  const ezi_member_ops *ops; /* sub's callbacks (set at the join, constant) */
+  uint64_t *t0;              /* notify time per slot (0: not held); allocated once nbuf is known */
   uint64_t in_flight;
   bool gone;    /* left its channel; freed once nothing it held is outstanding */
   bool leaving; /* ezi_chan_leave is running: it frees the struct itself */
@@ -98,7 +120,7 @@ struct chan {
   uint64_t wnext;       /* the next message expected (published once its read is done) */
   uint64_t wscan;       /* [wack, wscan): free, not acknowledged yet ... */
   uint64_t wfree_bytes; /* ... and their bytes */
-  bool wread;           /* a read since the last idle scan (ezi_tcpring_idle) */
+  bool wread;           /* a read since the last idle scan (tcpring_idle) */
   uint64_t *wlen;       /* per entry: its message's frame size, until acknowledged */
   /* Reads: `pin` is the current chunk's data (cur) once the window starts; a chunk retired since
    * is reused once no member holds a message read into it. */
@@ -112,6 +134,13 @@ struct chan {
   size_t n_subs;
   int refs; /* chan_subs alive (chan->mu) */
   const char *mode;
+  /* How it receives (rxmode.h): notices until a local publisher attaches or a remote one grants
+   * a ring or a window; it changes once, before any member takes a message. */
+  const ezi_rx_mode *rx;
+  /* Its links' closers, which chanreg.c sets at creation: to the publisher (chanlink.c; what
+   * members hold or have queued stays valid) and to the graph server. I/O thread. */
+  void (*close_link)(chan *c);
+  void (*close_graph)(chan *c);
   /* local (localchan.c) */
   ez_pub *local_pub;
   int pub_users;
@@ -193,151 +222,37 @@ struct chan {
   ezi_outbox gout;
 };
 
-/* chanreg.c: starts registering the channel at the graph server (non-blocking connect, CHANNEL
- * request, answer read as it comes); then ezi_chan_link_done, or the handshake with a remote
- * publisher, follows. EZ_ENOSERVER etc. if the server cannot be reached at once. I/O thread. */
-int ezi_chan_reg_start(chan *c);
-/* Closes the channel's graph-server link. I/O thread. */
-void ezi_chan_graph_close(chan *c);
-
-/* chanlink.c: connects to the publisher at addr and starts the handshake (I/O thread). The
- * channel becomes ready (or failed) later, through ezi_chan_link_done. */
-int ezi_chan_link_start(chan *c, const char *addr);
-void ezi_chan_link_close(chan *c);
-
 /* channel.c: the registration or handshake finished (rc 0, c->nbuf set) or failed. Tells the
  * waiting subscribers. Returns 0 if the channel is ready and still there; otherwise (failed, or
  * every subscriber left meanwhile) it may be gone: touch nothing. I/O thread. */
 int ezi_chan_link_done(chan *c, int rc);
-/* A buffer of at least n bytes for a TX_TCP frame's bytes: a spare one a release gave back, or a
- * new one (at least 256 bytes, so that small sizes share them); *cap gets its size, counted in
- * the link's memory (rxbudget.h) until it is freed. NULL when out of memory (*err EZ_ENOMEM) or
- * beyond the link's or the process's limit (*err EZ_EMSGSIZE). I/O thread only, c->mu not held
- * (it takes it for a large buffer). */
-uint8_t *ezi_chan_buf_take(chan *c, size_t n, size_t *cap, int *err);
-/* Frees a buffer from ezi_chan_buf_take that was not delivered (no lock needed). */
-void ezi_chan_buf_free(chan *c, uint8_t *p, size_t cap);
-/* Stores a validated message (taking `owned`, a buffer of owned_cap bytes from
- * ezi_chan_buf_take, or NULL) and notifies the subscribers (c->mu held). Returns 1 if someone
- * took it, 0 if nobody listens (the caller acks it), -1 if its slot is still held (the publisher
- * broke backpressure: a protocol error). */
-int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
-                     size_t owned_cap, ezi_seg *seg, uint64_t now);
-/* Releases the notices leaky subscribers dropped during ezi_chan_deliver (I/O thread, c->mu not
- * held: call it after unlocking). */
-void ezi_chan_release_drops(chan *c);
-/* tcpring.c: an ezmsg-c publisher's X_WIN: from message start_id on, up to msgs TX_TCP messages
- * may be unacknowledged, holding at most bytes beyond the first nbuf. The channel holds nothing
- * at this point (the publisher waited) and becomes a TCP ring. EZ_EPROTO if the window breaks the
- * limits or something is held, EZ_ENOMEM. I/O thread. */
-int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes);
-/* tcpring.c: a TX_TCP frame (f, whole, in the current chunk, where it stays) on a TCP ring:
- * checked against the window and put for the members. 0, or EZ_EPROTO (the publisher broke the
- * window). I/O thread. */
-int ezi_tcpring_frame(chan *c, const ezi_tx_frame *f, uint64_t now);
-/* tcpring.c: after a read's frames: publishes the messages they completed, wakes the members
- * that sleep (once for all of them), and acknowledges what was released if that is a quarter of
- * the window (or 512 KiB). I/O thread. */
-void ezi_tcpring_read_done(chan *c);
-/* tcpring.c: the release of message msg_id of TCP ring c was its last (its entry is free);
- * `more`: its receiver has more to take at once. ezi_tcpring_ask tells whether to ask the I/O
- * thread to acknowledge: only if it sleeps (an awake one acknowledges in its idle hook), when the
- * receiver caught up or every 64 messages (a receiver that keeps taking releases again soon),
- * unless asked already. ezi_tcpring_released asks (it may write to the wake-up eventfd: call it
- * with no lock held, and c alive). Any thread. */
-bool ezi_tcpring_ask(chan *c, uint64_t msg_id, bool more);
-void ezi_tcpring_released(chan *c);
-/* tcpring.c: the acknowledgements releases asked for (the context's wake hook). I/O thread. */
-void ezi_tcpring_acks(ez_context *ctx);
-/* tcpring.c: the loop's idle hook (loop.h): acknowledges what was released on the TCP rings whose
- * stream paused (not read in this round of events), or on all of them before the loop sleeps. */
-void ezi_tcpring_idle(void *arg, bool sleep);
-/* tcpring.c: after the frame X_WIN was consumed: the bytes already read after it move to the
- * first chunk, and reads go to chunks from now on (ezi_tcpring_fill; a frame used is then
- * consumed by advancing c->pin.off alone). EZ_ENOMEM if it cannot be allocated. */
-int ezi_tcpring_chunk_start(chan *c);
-/* tcpring.c: reads from fd into the current chunk, moving to a new one when the frame being read
- * does not fit in it. As ezi_buf_fill: bytes read, 0 if none now, < 0 on error or EOF. */
-long ezi_tcpring_fill(chan *c, int fd);
-/* tcpring.c: the link closes: the current chunk is retired with the rest (its messages may still
- * be held), and c->pin is left empty. */
-void ezi_tcpring_link_closed(chan *c);
-/* tcpring.c: frees the chunks (chan_destroy). */
-void ezi_tcpring_free(chan *c);
 /* The link of a ready channel failed (it is closed already): the channel is marked failed and
  * its subscribers leave it to join again; it may be gone when this returns. I/O thread. */
 void ezi_chan_link_lost(chan *c);
 /* Wakes the subscribers a batch of deferred deliveries left asleep (chanlink.c, after a read). */
 void ezi_chan_wake_subs(chan *c);
+/* Destroys c: its links are closed, what its modes hold freed (no member is left). I/O thread. */
+void ezi_chan_destroy(chan *c);
 /* Drops a reference held by a chan_sub; the last one destroys the channel on the I/O thread. */
 void ezi_chan_unref(chan *c);
 /* Frees a chan_sub and what it owns (its t0 array and window), not its channel reference. NULL
  * is a no-op. */
 void ezi_chan_sub_free(chan_sub *cs);
 
-/* localchan.c, receiver side. ezi_lchan_add: makes cs a member of local channel c from the next
- * message on (pub->mu held, or the publisher gone; I/O thread). ezi_lchan_attach: the same for
- * every subscriber of c, which starts with message next_id (pub->mu held). EZ_ENOMEM. */
-int ezi_lchan_add(chan *c, chan_sub *cs);
-/* Leaky members (ez_sub_opts.leaky): ezi_lchan_trim drops what cs has waiting beyond its
- * subscriber's max_queue, oldest first, at most EZI_LDROPS_MAX (cs's subscriber's lock held;
- * `publisher`: by the local publisher, holding its own lock, which needs no wake-up); the drops'
- * segment references and wake-ups wait in *d for ezi_lchan_trim_done, called with no lock held.
- * ezi_lchan_trim_members trims every leaky member of c (the I/O thread, after it published for
- * them; no lock held). */
-void ezi_lchan_trim(chan_sub *cs, bool publisher, ezi_ldrops *d);
-void ezi_lchan_trim_done(ezi_ldrops *d);
-void ezi_lchan_trim_members(chan *c);
-/* ezi_lchan_add for a channel already attached (takes pub->mu). I/O thread. */
-int ezi_lchan_join(chan *c, chan_sub *cs);
-int ezi_lchan_attach(chan *c, uint64_t next_id);
-/* cs leaves its local channel: what it had not taken is released, and with release_viewed what
- * it views too. Frees cs when nothing is left. I/O thread. */
-void ezi_lchan_leave(chan_sub *cs, bool release_viewed);
-/* localchan.c: a zeroed ring of nbuf entries, each on a cache line of its own (NULL: no memory).
- * Freed with free(). */
-lslot *ezi_lchan_ring_new(uint32_t nbuf);
-/* localchan.c: signals a receiver that asked for it (want_signal; takes its lock). */
-void ezi_lchan_signal(ez_sub *s);
-/* localchan.c: signals every member that asked for it. A TCP ring's puts signal nobody: its I/O
- * thread calls this after each read, with the membership lock held. */
-void ezi_lchan_signal_all(chan *c);
-
-/* ringchan.c. ezi_ring_chan_drop: gives ring entry idx back to the remote publisher; true if the
- * publisher sleeps for it and must get ezi_ring_chan_ack (which may write to the socket: call it
- * with no subscriber lock held). ezi_ring_chan_free: both. ezi_lchan_resignal: asks the I/O thread
- * to signal the waiting members of every ring channel (a receiver that pulled must not take another
- * subscriber's lock). Any thread. */
-bool ezi_ring_chan_drop(chan *c, uint32_t idx, uint64_t now);
-void ezi_ring_chan_ack(chan *c, uint64_t msg_id);
-void ezi_ring_chan_free(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now);
-void ezi_lchan_resignal(ez_context *ctx);
-/* Whether ring channel c broke the rules (its link is to be dropped). Any thread. */
-static inline bool ezi_ring_chan_bad(const chan *c) {
-  return __atomic_load_n(&c->ring_bad, __ATOMIC_RELAXED);
-}
-/* Ring mode (I/O thread): ezi_lchan_ring_start maps the ring `name` announced by X_RING, from
- * message start_id on, and makes every subscriber a member (EZ_EPROTO, EZ_ENOMEM...).
- * ezi_lchan_ring_seg: the publisher's segment for message msg_id is now c->seg. ezi_lchan_pull:
- * takes what the publisher put since the last pull into the channel's own ring (self: the
- * subscriber whose receiver pulls, not signalled; block: wait for another puller). True if it
- * brought anything. */
-int ezi_lchan_ring_start(chan *c, const char *name, size_t n, uint64_t start_id);
-void ezi_lchan_ring_seg(chan *c, uint64_t msg_id);
-bool ezi_lchan_pull(chan *c, ez_sub *self, bool block);
-/* Frees what ring mode holds (chan_destroy). */
-void ezi_lchan_ring_free(chan *c);
-/* Releases a message taken by ezi_lchan_take. Any thread. */
-void ezi_lchan_release(chan_sub *cs, uint64_t msg_id);
-/* A local member's link was lost (I/O thread): what it has queued is taken before anything else
- * of its subscriber's (a later channel to the same publisher brings later messages). */
-void ezi_lchan_cut(chan_sub *cs);
-/* True if a local member holds nothing (none queued, none viewed). */
-bool ezi_lchan_idle(chan_sub *cs);
-/* Profile of a local member (sets *in_flight). */
-json_t *ezi_lchan_sub_json(chan_sub *cs, uint64_t now, double window_s, uint64_t *in_flight);
-
 /* Acks msg_id to the publisher. Never called with c->mu held. */
 void ezi_chan_ack(chan *c, uint64_t msg_id);
+
+/* Through the channel's receive mode (rxmode.h). ezi_chan_release: cs's user is done with
+ * message msg_id (any thread). ezi_chan_sub_idle: true if cs holds no message, none queued, none
+ * viewed (any thread). ezi_chan_sub_cut: cs's channel link was lost: a ring member's queued
+ * messages are then taken before anything else of its subscriber's (a channel with slots keeps
+ * its queue's order anyway; I/O thread). */
+static inline void ezi_chan_release(chan_sub *cs, uint64_t msg_id) {
+  cs->ch->rx->release(cs, msg_id);
+}
+static inline bool ezi_chan_sub_idle(chan_sub *cs) { return cs->ch->rx->idle(cs); }
+static inline void ezi_chan_sub_cut(chan_sub *cs) {
+  if (cs->ch->rx->cut) cs->ch->rx->cut(cs);
+}
 
 #endif

@@ -1,8 +1,14 @@
-/* A channel's link to the graph server: its registration (CHANNEL, answered with the channel id
- * and the publisher's address), then the PROFILE requests the server fans out to it. Everything
+/* How a channel comes to be: created when a subscriber of this process joins a publisher it has
+ * no channel for (ezi_chan_join), then registered at the graph server (CHANNEL, answered with the
+ * channel id and the publisher's address), which then fans out PROFILE requests to it; its link
+ * to the publisher starts once registered (chanlink.c), or it attaches to the publisher in this
+ * process. Everything
  * here runs on the I/O thread and never blocks it: a slow or stopped graph server must not stall
  * this process's other links (test_faults: test_rejoin_with_server_stopped). */
 #include "chan/channel.h"
+#include "chan/chanreg.h"
+#include "chan/chanlink.h"
+#include "chan/notices.h"
 #include "proto/regframe.h"
 #include "sub/subscriber.h"
 #include "proc/tracectl.h"
@@ -173,5 +179,86 @@ int ezi_chan_reg_start(chan *c) {
   }
   c->hs_timer = ezi_loop_timer(
       c->ctx->loop, ezi_now_ns() + (uint64_t)EZ_DEFAULT_TIMEOUT_MS * 1000000u, reg_timeout, c);
+  return 0;
+}
+
+/* ---- creation (I/O thread) ---------------------------------------------------------------- */
+
+static void chan_register(ez_context *ctx, chan *c) {
+  pthread_mutex_lock(&ctx->mu);
+  chan **v = realloc(ctx->chans, (ctx->n_chans + 1) * sizeof *v);
+  if (v) {
+    ctx->chans = v;
+    ctx->chans[ctx->n_chans++] = c;
+  }
+  pthread_mutex_unlock(&ctx->mu);
+}
+
+/* Starts registering a channel for pub_id at the graph server; it becomes ready (or fails) later,
+ * through ezi_chan_link_done. Fails at once only if the server cannot be reached at all. */
+static int chan_create(ez_context *ctx, const char *pub_id, chan **out) {
+  chan *c = calloc(1, sizeof *c);
+  if (!c) return EZ_ENOMEM;
+  c->ctx = ctx;
+  snprintf(c->pub_id, sizeof c->pub_id, "%s", pub_id);
+  c->mode = "unknown";
+  c->pw.fd = c->gw.fd = -1;
+  c->state = CH_REGISTERING;
+  c->rx = &ezi_rx_notices; /* until a local publisher attaches, or a remote one grants a mode */
+  c->close_link = ezi_chan_link_close;
+  c->close_graph = ezi_chan_graph_close;
+  ezi_mutex_init(&c->mu);
+  ezi_mutex_init(&c->pull_mu);
+  pthread_cond_init(&c->cv, NULL);
+  int rc = ezi_chan_reg_start(c);
+  if (rc) {
+    pthread_mutex_destroy(&c->pull_mu);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+    return rc;
+  }
+  chan_register(ctx, c);
+  *out = c;
+  return 0;
+}
+
+int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, const ezi_member_ops *ops,
+                  chan_sub **out, bool *pending) {
+  pthread_mutex_lock(&ctx->mu);
+  chan *c = ezi_ctx_find_chan(ctx, pub_id); /* a live one: failed channels are skipped */
+  pthread_mutex_unlock(&ctx->mu);
+  bool fresh = false;
+  if (!c) {
+    int rc = chan_create(ctx, pub_id, &c);
+    if (rc) return rc;
+    fresh = true;
+  }
+  chan_sub *cs = calloc(1, sizeof *cs);
+  if (cs) cs->proc = ezi_window_new();
+  if (cs && c->state == CH_READY) cs->t0 = calloc(c->ls ? c->lsn : c->nslot, sizeof *cs->t0);
+  chan_sub **v = cs && cs->proc && (cs->t0 || c->state != CH_READY)
+                     ? realloc(c->subs, (c->n_subs + 1) * sizeof *v)
+                     : NULL;
+  if (!v) {
+    ezi_chan_sub_free(cs);
+    if (fresh) ezi_chan_destroy(c);
+    return EZ_ENOMEM;
+  }
+  cs->ch = c;
+  cs->sub = sub;
+  cs->ops = ops;
+  pthread_mutex_lock(&c->mu);
+  c->subs = v;
+  c->subs[c->n_subs++] = cs;
+  c->refs++;
+  *pending = c->state == CH_REGISTERING || c->state == CH_CONNECTING;
+  const ezi_rx_mode *rx = c->rx;
+  pthread_mutex_unlock(&c->mu);
+  if (rx->join && rx->join(c, cs)) {
+    ezi_chan_leave(cs, false);
+    return EZ_ENOMEM;
+  }
+  *out = cs;
   return 0;
 }

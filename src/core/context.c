@@ -216,7 +216,7 @@ void ezi_outbox_close(ez_context *ctx, ezi_outbox *ob) {
  * its owner's read side (EPOLLHUP / EOF), which closes it. */
 static void flush_dirty(void *arg) {
   ez_context *ctx = arg;
-  ezi_tcpring_acks(ctx); /* the acknowledgements releases asked for */
+  if (ctx->rx_acks) ctx->rx_acks(ctx); /* the acknowledgements releases asked for */
   pthread_mutex_lock(&ctx->dirty_mu);
   ezi_outbox *list = ctx->dirty;
   ctx->dirty = NULL;
@@ -350,7 +350,6 @@ int ez_context_open(const char *address, ez_context **out) {
     ctx->tcp_window = tcp_window();
     ezi_loop_set_spin(ctx->loop, ctx->spin_ns);
     ezi_loop_set_wake_hook(ctx->loop, flush_dirty, ctx);
-    ezi_loop_set_idle_hook(ctx->loop, ezi_tcpring_idle, ctx);
     if (pthread_create(&ctx->thread, NULL, io_thread, ctx)) rc = EZ_ESYS;
   }
   if (!rc) ezi_ctx_call(ctx, proc_start, ctx); /* a released graph's process link */

@@ -26,7 +26,11 @@
 
 typedef struct chan chan;
 typedef struct chan_sub chan_sub;
-typedef struct note note; /* a queued notice (subscriber.h) */
+/* A notice queued for a subscriber (subscriber.c): message msg_id of channel membership cs. */
+typedef struct note {
+  chan_sub *cs;
+  uint64_t msg_id;
+} note;
 /* Messages a leaky subscriber dropped from a ring (localchan.c), to finish without locks. */
 #define EZI_LDROPS_MAX 16
 typedef struct ezi_ldrop {
@@ -149,8 +153,11 @@ struct ez_context {
   uint32_t tcp_window; /* messages in flight on a TCP link between ezmsg-c peers (0: off) */
   int resignal_posted; /* atomic: the I/O thread is asked to signal ring channels' waiters */
   int acks_posted;     /* atomic: the I/O thread is asked to acknowledge TCP rings (tcpring.c) */
-  ezi_tick *tick;      /* expires its publishers' sampled stamps (telclock.h) */
-  char host[64];       /* this process's address as seen for profiles */
+  /* The acknowledgements releases asked for (acks_posted), run by the I/O thread after a wake-up:
+   * set by the first TCP window (rx/tcpring.c) on the I/O thread, NULL until then. */
+  void (*rx_acks)(ez_context *ctx);
+  ezi_tick *tick; /* expires its publishers' sampled stamps (telclock.h) */
+  char host[64];  /* this process's address as seen for profiles */
   int pid;
   ezi_peer_version server_peer;  /* what the graph server's greeting said at open (dialect.h) */
   struct ezi_proc *proc;         /* the process link in a released graph (procclient.h), or NULL */
@@ -205,9 +212,6 @@ ez_pub *ezi_ctx_find_pub(ez_context *ctx, const char *id);
 chan *ezi_ctx_find_chan(ez_context *ctx, const char *pub_id);
 
 /* ---- publisher (publisher.c) --------------------------------------------------------------- */
-/* A receiver freed the local slot the publisher waits for (or it waits for any): takes pub->mu
- * and wakes it (ezi_pub_ring_wake). Any thread. */
-void ezi_pub_local_wake(ez_pub *pub);
 /* Attaches the process's local channel (EZ_ENOMEM) or, with c NULL, detaches it. I/O thread. */
 int ezi_pub_set_local(ez_pub *pub, chan *c);
 /* The publisher goes away: hands its current segment (a new reference), its retired ones and its
@@ -223,47 +227,19 @@ uint32_t ezi_pub_num_buffers(const ez_pub *pub);
 json_t *ezi_pub_profile(ez_pub *pub, double window_s);
 
 /* ---- channel (channel.c) ------------------------------------------------------------------- */
-/* Finds or creates the channel for pub_id and adds sub to it. If the channel is still shaking
- * hands with a remote publisher, *pending is set and ezi_sub_join_done reports the outcome later.
- * I/O thread. */
-int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, chan_sub **out, bool *pending);
 /* Removes a subscriber from its channel, releasing what it has queued and, with release_viewed,
  * the messages its user is viewing (else those are released by the user); the channel goes away
  * with its last subscriber. I/O thread. */
 void ezi_chan_leave(chan_sub *cs, bool release_viewed);
-/* localchan.c, publisher side (pub->mu held, or pull_mu for a ring channel). ezi_lchan_put: the
- * publisher wrote message msg_id (len payload bytes at data, in seg: a ring channel's members
- * hold a reference each) into its slot; true if any member holds it now. Members waiting for a
- * signal get one: self (whose lock the caller holds: a receiver, or the I/O thread looking at a
- * subscriber) in place, others of a receiver's pull through the I/O thread (a TCP ring's I/O
- * thread signals them after the read instead, ezi_lchan_signal_all). ezi_lchan_slot_free:
- * true (with the time of the last release) once no member holds slot idx. ezi_lchan_set_wants:
- * announces what the publisher is about to sleep for (0, slot + 1 or EZI_LWANT_ANY). */
-/* ezi_lchan_attach: makes every subscriber of local channel c a member, from message next_id on
- * (EZ_ENOMEM; I/O thread). */
-#define EZI_LWANT_ANY UINT32_MAX /* pub_wants: the publisher sleeps until any slot is freed */
 /* The TCP window between ezmsg-c peers (pubwin.c): the most messages a channel accepts, the byte
  * budget a publisher proposes, and the most a channel accepts, beyond num_buffers messages. */
 #define EZI_WIN_MAX_MSGS 16384
 #define EZI_WIN_BYTES ((uint64_t)8 << 20)
 #define EZI_WIN_MAX_BYTES ((uint64_t)64 << 20)
-int ezi_lchan_attach(chan *c, uint64_t next_id);
-bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now,
-                   ezi_seg *seg, ez_sub *self);
-/* The first half of ezi_lchan_put: the entry is written for the members, not published yet (a TCP
- * ring publishes a read's messages at once, tcpring.c). True if any member will hold it. */
-bool ezi_lchan_fill(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now,
-                    ezi_seg *seg);
-bool ezi_lchan_slot_free(chan *c, uint32_t idx, uint64_t *freed_at);
-/* The message entry idx of local channel c was last written for (by its publisher: pub->mu). */
-uint64_t ezi_lchan_msg_id(const chan *c, uint32_t idx);
-void ezi_lchan_set_wants(chan *c, uint32_t wants);
 /* The publisher of a local channel is going away. I/O thread. */
 void ezi_chan_pub_gone(chan *c);
 /* Fills a view of message msg_id for cs (called by recv). EZ_ENOENT if it is gone. */
 int ezi_chan_view(chan_sub *cs, uint64_t msg_id, ez_msg *msg);
-/* Releases msg_id for cs. Any thread. */
-void ezi_chan_release(chan_sub *cs, uint64_t msg_id);
 /* cs's channel lost its link: the notices cs has queued for messages in the publisher's shared
  * memory are dropped (released), since the publisher may write those slots again; those that
  * came whole over TCP stay queued where they are. I/O thread. */
@@ -272,42 +248,11 @@ void ezi_chan_drop_unowned(chan_sub *cs);
 ez_sub *ezi_chan_sub_owner(const chan_sub *cs);
 /* The kind of cs's channel, as 3.9 names it (ezi_m39_channel). Any thread. */
 int ezi_chan_sub_kind(const chan_sub *cs);
-/* True if cs holds no message (none queued, none viewed). Any thread. */
-bool ezi_chan_sub_idle(chan_sub *cs);
-/* cs's channel link was lost: a ring member's queued messages are then taken before anything
- * else of its subscriber's (a channel with slots keeps its queue's order anyway). I/O thread. */
-void ezi_chan_sub_cut(chan_sub *cs);
 const char *ezi_chan_pub_id(const chan *c);
 /* The channel's own id (empty until the graph server gave it one). */
 const char *ezi_chan_id(const chan *c);
 /* True once the channel's link failed; it only waits for its subscribers to leave. I/O thread. */
 bool ezi_chan_failed(const chan *c);
 json_t *ezi_chan_profile(chan *c, double window_s);
-
-/* ---- subscriber (subscriber.c) ------------------------------------------------------------- */
-/* Queues a notice for sub (called with chan->mu held). With defer_wake, a sleeping receiver is
- * signalled only by the next ezi_sub_wake (the I/O thread queues a whole read's batch first).
- * Returns false if it could not be queued (out of memory). A leaky subscriber whose queue is full
- * drops its oldest notice to make room: it goes to *dropped (its cs NULL if none), for the
- * caller to release once it holds no channel lock. */
-bool ezi_sub_push(ez_sub *sub, chan_sub *cs, uint64_t msg_id, bool defer_wake, note *dropped);
-/* Signals the receiver if a deferred push left it asleep. Any thread. */
-void ezi_sub_wake(ez_sub *sub);
-/* Drops every queued notice of cs, then (unlocked) passes their msg ids to fn, in order. */
-void ezi_sub_purge(ez_sub *sub, chan_sub *cs, void (*fn)(chan_sub *, uint64_t));
-/* Releases every queued notice (the subscriber is going away; the channels it still holds
- * messages of, left already, go once those are released). I/O thread. */
-void ezi_sub_purge_all(ez_sub *sub);
-/* Removes up to cap queued notices of cs for which drop(cs, msg_id, arg) says so (called under
- * sub->mu: it may not take a lock that comes after it), into ids; the others stay where they
- * are, in order. Returns how many were removed. */
-size_t ezi_sub_take_if(ez_sub *sub, chan_sub *cs, bool (*drop)(chan_sub *, uint64_t, void *),
-                       void *arg, uint64_t *ids, size_t cap);
-const char *ezi_sub_handle(const ez_sub *sub);
-/* A pending join finished (rc 0) or failed (then sub leaves cs). I/O thread. */
-void ezi_sub_join_done(ez_sub *sub, chan_sub *cs, int rc);
-/* The link of cs's channel to its publisher was cut after the handshake: sub leaves cs and joins
- * the publisher again later. I/O thread. */
-void ezi_sub_chan_lost(ez_sub *sub, chan_sub *cs);
 
 #endif

@@ -3,6 +3,8 @@
  * pubserve.c. */
 #include "pub/pubstate.h"
 #include "pub/pubhot.h"
+#include "pub/publocal.h"
+#include "chan/channel.h"
 #include "pub/pubserve.h"
 #include "pub/pubwait.h"
 #include "graph/graphio.h"
@@ -45,6 +47,7 @@ int ezi_pub_set_local(ez_pub *p, chan *c) {
   pthread_mutex_lock(&p->mu);
   int rc = 0;
   if (c) {
+    c->rx = &ezi_rx_in_process; /* (no member yet: they come with the attach) */
     rc = ezi_lchan_attach(c, p->next_id);
     if (!rc) p->local = c;
   } else if (p->local) { /* the local channel leaves (its members released everything) */

@@ -7,6 +7,7 @@
 
 #include "base/acceptor.h"
 #include "core/context.h"
+#include "ring/localchan.h"
 #include "base/trace.h"
 #include "proto/shmring.h"
 

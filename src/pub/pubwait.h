@@ -13,6 +13,9 @@ void ezi_pub_check_sync(ez_pub *pub);
  * closes: wakes the publisher (which collects what was freed) and answers a pending SYNC that
  * is now complete. pub->mu held. */
 void ezi_pub_ring_wake(ez_pub *pub);
+/* A receiver freed the local slot the publisher waits for (or it waits for any): takes pub->mu
+ * and wakes it (ezi_pub_ring_wake). Any thread. */
+void ezi_pub_local_wake(ez_pub *pub);
 /* Channel pc closes: its ring's slots are freed and the ring unmapped. pub->mu held. */
 void ezi_pub_ring_close(ez_pub *pub, pub_chan *pc, uint64_t now);
 

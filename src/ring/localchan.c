@@ -16,8 +16,8 @@
  *
  * A channel of a remote ezmsg-c publisher in ring mode (ringchan.c) works the same way, with the
  * pull from the shared ring in the publisher's place. */
+#include "ring/localchan.h"
 #include "chan/channel.h"
-#include "pub/pubstate.h"
 #include "sub/subscriber.h"
 
 #include <stdlib.h>
@@ -68,7 +68,7 @@ int ezi_lchan_add(chan *c, chan_sub *cs) {
     /* A receiver asleep already (or its fd) must hear of this channel's first message too. */
     if (s->efd >= 0 || s->waiters) {
       __atomic_store_n(&s->want_signal, 1, SEQ);
-      if (c->ring_on) __atomic_store_n(&c->ring.h->rx_sleep, 1, SEQ);
+      if (c->rx->arm) c->rx->arm(c);
     }
   }
   pthread_mutex_unlock(&s->mu);
@@ -76,17 +76,13 @@ int ezi_lchan_add(chan *c, chan_sub *cs) {
   c->lsubs[c->n_lsubs++] = cs;
   if (s->max_queue) {
     __atomic_store_n(&c->n_leaky, c->n_leaky + 1, __ATOMIC_RELAXED);
-    if (c->ring_on) __atomic_store_n(&c->ring.h->rx_sleep, 1, SEQ); /* ezi_lchan_trim_members */
+    if (c->rx->arm) c->rx->arm(c); /* ezi_lchan_trim_members */
   }
   return 0;
 }
 
-/* The lock that orders membership changes against puts: the local publisher's, or the ring
- * channel's own; none once a local publisher is gone (nobody puts any more). I/O thread. */
-static pthread_mutex_t *memb_mu(chan *c) {
-  if (c->ring_on || c->tcp_ring) return &c->pull_mu;
-  return c->local_pub ? &c->local_pub->mu : NULL; /* only the I/O thread clears local_pub */
-}
+/* The lock that orders membership changes against puts (rxmode.h). I/O thread. */
+static pthread_mutex_t *memb_mu(chan *c) { return c->rx->memb_mu(c); }
 
 int ezi_lchan_join(chan *c, chan_sub *cs) {
   pthread_mutex_t *mu = memb_mu(c);
@@ -133,7 +129,7 @@ bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, ui
   bool any = ezi_lchan_fill(c, msg_id, data, len, now, seg);
   size_t n = c->n_lsubs;
   __atomic_store_n(&c->published, msg_id + 1, SEQ);
-  if (EZI_UNLIKELY(c->n_leaky) && !c->ring_on) /* the local publisher (pub->mu held) */
+  if (EZI_UNLIKELY(c->n_leaky) && c->rx->producer_trims) /* (holding the membership lock) */
     for (size_t i = 0; i < n; i++) {
       ez_sub *s = c->lsubs[i]->sub;
       if (!s->max_queue) continue;
@@ -157,7 +153,7 @@ bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, ui
       ezi_lchan_signal(s);
     }
   }
-  if (delegate) ezi_lchan_resignal(c->ctx);
+  if (delegate) c->rx->resignal(c);
   return any;
 }
 
@@ -176,6 +172,11 @@ uint64_t ezi_lchan_msg_id(const chan *c, uint32_t idx) { return c->ls[idx].msg_i
 
 void ezi_lchan_set_wants(chan *c, uint32_t wants) { __atomic_store_n(&c->pub_wants, wants, SEQ); }
 
+bool ezi_lchan_wanted(chan *c, uint32_t idx) {
+  uint32_t w = __atomic_load_n(&c->pub_wants, SEQ);
+  return w == EZI_LWANT_ANY || w == idx + 1;
+}
+
 /* ---- receiver side ------------------------------------------------------------------------- */
 
 /* The first id cs may not take yet (s->mu held). `published` only grows, so while cs has not
@@ -191,15 +192,17 @@ bool ezi_lchan_ready(ez_sub *s) {
   for (size_t i = 0; i < s->n_locals; i++) {
     chan_sub *cs = s->locals[i];
     if (cs->next < avail_end(cs)) return true;
-    if (cs->ch->ring_on && ezi_lchan_pull(cs->ch, s, false) && cs->next < avail_end(cs))
-      return true;
+    const ezi_rx_mode *rx = cs->ch->rx;
+    if (rx->pull && rx->pull(cs->ch, s, false) && cs->next < avail_end(cs)) return true;
   }
   return false;
 }
 
 void ezi_lchan_arm(ez_sub *s) {
-  for (size_t i = 0; i < s->n_locals; i++)
-    if (s->locals[i]->ch->ring_on) __atomic_store_n(&s->locals[i]->ch->ring.h->rx_sleep, 1, SEQ);
+  for (size_t i = 0; i < s->n_locals; i++) {
+    chan *c = s->locals[i]->ch;
+    if (c->rx->arm) c->rx->arm(c);
+  }
 }
 
 /* A member that left, or whose link was cut, and still has messages to take (s->mu held), or
@@ -233,9 +236,10 @@ static chan_sub *next_member(ez_sub *s) {
   if (EZI_UNLIKELY(!(++s->ltakes & 31)) && s->n_locals > 1)
     for (size_t k = 0; k < s->n_locals; k++) {
       size_t i = (s->lpull + k) % s->n_locals;
-      if (!s->locals[i]->ch->ring_on) continue;
+      chan *c = s->locals[i]->ch;
+      if (!c->rx->pull) continue;
       s->lpull = i + 1;
-      ezi_lchan_pull(s->locals[i]->ch, s, false);
+      c->rx->pull(c, s, false);
       break;
     }
   for (size_t k = 0; k < s->n_locals; k++) {
@@ -267,23 +271,10 @@ bool ezi_lchan_take(ez_sub *s, ez_msg *m, ezi_ldrops *d) {
   return false;
 }
 
-/* The publisher sleeps on pub->cv: wake it through its lock (pub_users keeps it alive). */
-static void wake_pub(chan *c) {
-  pthread_mutex_lock(&c->mu);
-  ez_pub *pub = c->local_pub;
-  if (pub) c->pub_users++;
-  pthread_mutex_unlock(&c->mu);
-  if (!pub) return;
-  ezi_pub_local_wake(pub);
-  pthread_mutex_lock(&c->mu);
-  if (--c->pub_users == 0) pthread_cond_broadcast(&c->cv);
-  pthread_mutex_unlock(&c->mu);
-}
-
 /* Drops one holder of ring entry idx; the last one stores the release time first and gives the
- * entry back (to a remote publisher: in the shared ring). Returns true when the release must
- * also wake the publisher, which needs c and locks no subscriber lock may be held over
- * (slot_wake). *seg gets the entry's segment reference to drop, if this was the last holder. */
+ * entry back to its producer (rxmode.h freed). Returns true when the release must also wake the
+ * producer, which needs c and locks no subscriber lock may be held over (slot_wake). *seg gets
+ * the entry's segment reference to drop, if this was the last holder. */
 static bool slot_drop(chan *c, uint32_t idx, uint64_t now, bool more, uint64_t *msg_id,
                       ezi_seg **seg) {
   lslot *l = &c->ls[idx];
@@ -295,23 +286,11 @@ static bool slot_drop(chan *c, uint32_t idx, uint64_t now, bool more, uint64_t *
     if (r == 1) l->freed_at = now; /* only the last holder gets here: nobody else writes it */
   } while (!__atomic_compare_exchange_n(&l->refs, &r, r - 1, true, SEQ, __ATOMIC_RELAXED));
   if (r != 1) return false;
-  if (c->ring_on) { /* give the entry back to the remote publisher */
-    *seg = sg;
-    return ezi_ring_chan_drop(c, idx, now);
-  }
-  if (c->tcp_ring) return ezi_tcpring_ask(c, *msg_id, more);
-  uint32_t w = __atomic_load_n(&c->pub_wants, SEQ);
-  return w == EZI_LWANT_ANY || w == idx + 1;
+  *seg = sg;
+  return c->rx->freed(c, idx, *msg_id, now, more);
 }
 
-static void slot_wake(chan *c, uint64_t msg_id) {
-  if (c->ring_on)
-    ezi_ring_chan_ack(c, msg_id);
-  else if (c->tcp_ring)
-    ezi_tcpring_released(c);
-  else
-    wake_pub(c);
-}
+static void slot_wake(chan *c, uint64_t msg_id) { c->rx->wake(c, msg_id); }
 
 /* Drops one holder of entry idx and wakes the publisher if it waits for it (no lock held). */
 static void slot_unref(chan *c, uint32_t idx, uint64_t now) {
@@ -357,9 +336,9 @@ void ezi_lchan_trim(chan_sub *cs, bool publisher, ezi_ldrops *d) {
     if (!now) now = ezi_tel_now();
     ezi_seg *seg;
     bool wake = slot_drop(c, (uint32_t)(id % c->lsn), now, cs->next < end, &msg_id, &seg);
-    /* The local publisher trims for itself (it holds its lock): nobody to wake. A wake-up to
-     * come keeps cs (and its channel) alive until it is done, as a release's does. */
-    wake = wake && !(publisher && !c->ring_on && !c->tcp_ring);
+    /* A producer that trims as it puts holds its own lock: nobody to wake. A wake-up to come
+     * keeps cs (and its channel) alive until it is done, as a release's does. */
+    wake = wake && !publisher;
     if (wake) cs->held++;
     d->v[d->n++] = (ezi_ldrop){cs, msg_id, seg, wake};
     __atomic_store_n(&s->dropped, s->dropped + 1, __ATOMIC_RELAXED);
@@ -390,11 +369,12 @@ void ezi_lchan_trim_members(chan *c) {
   if (!__atomic_load_n(&c->n_leaky, __ATOMIC_RELAXED)) return;
   chan_sub *v[64];
   size_t n = 0;
-  pthread_mutex_lock(&c->pull_mu);
+  pthread_mutex_t *mu = memb_mu(c);
+  if (mu) pthread_mutex_lock(mu);
   for (size_t i = 0; i < c->n_lsubs && n < 64; i++)
     if (c->lsubs[i]->sub->max_queue) v[n++] = c->lsubs[i];
-  if (c->ring_on && n) __atomic_store_n(&c->ring.h->rx_sleep, 1, SEQ);
-  pthread_mutex_unlock(&c->pull_mu);
+  if (n && c->rx->arm) c->rx->arm(c);
+  if (mu) pthread_mutex_unlock(mu);
   for (size_t i = 0; i < n; i++) { /* (members join and leave on this thread only) */
     ezi_ldrops d = {0};
     pthread_mutex_lock(&v[i]->sub->mu);
@@ -444,7 +424,7 @@ void ezi_lchan_leave(chan_sub *cs, bool release_viewed) {
   /* A TCP ring's messages live in the channel's buffers, valid until released: what a member
    * had queued is still delivered after it left (as on a channel with slots), unless its
    * subscriber is being destroyed. A local or shared-memory ring's are the publisher's. */
-  bool drain = c->tcp_ring && !release_viewed;
+  bool drain = c->rx->drains && !release_viewed;
   pthread_mutex_t *mu = memb_mu(c);
   if (mu) pthread_mutex_lock(mu);
   for (size_t i = 0; i < c->n_lsubs; i++)
@@ -505,7 +485,7 @@ json_t *ezi_lchan_sub_json(chan_sub *cs, uint64_t now, double window_s, uint64_t
   uint64_t e = avail_end(cs);
   *in_flight = cs->held + (cs->next < e ? e - cs->next : 0);
   ezi_window_fold(cs->proc);
-  json_t *j = ezi_sub_tel_json(cs->proc, s->id, s->handle, *in_flight, now, window_s);
+  json_t *j = cs->ops->profile(s, cs->proc, *in_flight, now, window_s);
   pthread_mutex_unlock(&s->mu);
   return j;
 }

@@ -3,7 +3,7 @@
  * whose "publisher" is whoever pulls the ring's new entries into the channel's own ring: a
  * receiver that finds nothing (trylock; it must not wait while holding its subscriber's lock), or
  * the I/O thread when a TX_SHM frame wakes it. Whatever the ring says is checked before use. */
-#include "chan/channel.h"
+#include "rx/ringchan.h"
 #include "base/shmguard.h"
 
 #include <stdlib.h>
@@ -18,14 +18,15 @@ static void resignal_task(void *arg) {
   __atomic_store_n(&ctx->resignal_posted, 0, SEQ);
   for (size_t i = 0; i < ctx->n_chans; i++) {
     chan *c = ctx->chans[i];
-    if (!c->ring_on) continue;
+    if (c->rx != &ezi_rx_shm_ring) continue;
     pthread_mutex_lock(&c->pull_mu);
     ezi_lchan_signal_all(c);
     pthread_mutex_unlock(&c->pull_mu);
   }
 }
 
-void ezi_lchan_resignal(ez_context *ctx) {
+static void ring_resignal(chan *c) {
+  ez_context *ctx = c->ctx;
   if (__atomic_exchange_n(&ctx->resignal_posted, 1, SEQ)) return; /* one is on its way */
   if (ezi_loop_post(ctx->loop, resignal_task, ctx)) {
     __atomic_store_n(&ctx->resignal_posted, 0, SEQ);
@@ -33,8 +34,14 @@ void ezi_lchan_resignal(ez_context *ctx) {
   }
 }
 
-/* Gives ring entry idx back to the publisher; wakes it (an RX_ACK) if it sleeps for it. */
-bool ezi_ring_chan_drop(chan *c, uint32_t idx, uint64_t now) {
+/* Whether ring channel c broke the rules (its link is to be dropped). Any thread. */
+static inline bool ring_bad(const chan *c) {
+  return __atomic_load_n(&c->ring_bad, __ATOMIC_RELAXED);
+}
+
+/* Gives ring entry idx back to the publisher: whether it sleeps for it and must be woken
+ * (ring_wake, an RX_ACK). */
+static bool ring_drop(chan *c, uint32_t idx, uint64_t now) {
   ezi_ring_entry *e = &c->ring.e[idx];
   __atomic_store_n(&e->freed_at, now, __ATOMIC_RELAXED);
   __atomic_store_n(&e->refs, 0, SEQ);
@@ -42,14 +49,21 @@ bool ezi_ring_chan_drop(chan *c, uint32_t idx, uint64_t now) {
   return w == EZI_LWANT_ANY || w == idx + 1;
 }
 
-void ezi_ring_chan_ack(chan *c, uint64_t msg_id) {
+static void ring_wake(chan *c, uint64_t msg_id) {
   uint8_t b[9] = {EZI_RX_ACK};
   ezi_put_u64le(b + 1, msg_id);
   ezi_outbox_put_now(c->ctx, &c->acks, b, sizeof b);
 }
 
-void ezi_ring_chan_free(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now) {
-  if (ezi_ring_chan_drop(c, idx, now)) ezi_ring_chan_ack(c, msg_id);
+static void ring_free_entry(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now) {
+  if (ring_drop(c, idx, now)) ring_wake(c, msg_id);
+}
+
+/* rxmode.h freed: the entry goes back to the publisher through the shared ring. */
+static bool ring_freed(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now, bool more) {
+  (void)msg_id;
+  (void)more;
+  return ring_drop(c, idx, now);
 }
 
 static ezi_seg *gseg_find(chan *c, uint32_t gen) {
@@ -72,7 +86,7 @@ static void gseg_add(chan *c, uint32_t gen, ezi_seg *seg) {
 }
 
 static void ring_broken(chan *c, const char *why) {
-  if (!ezi_ring_chan_bad(c))
+  if (!ring_bad(c))
     EZI_WARN_RL("channel %s: the shared ring of publisher %s %s; dropping the link", c->id,
                 c->pub_id, why);
   __atomic_store_n(&c->ring_bad, true, __ATOMIC_RELAXED);
@@ -88,7 +102,7 @@ static bool pull_locked(chan *c, ez_sub *self, bool *stuck) {
     ring_broken(c, "was truncated under this process");
   else if (p < id || p - id > c->nbuf)
     ring_broken(c, "announced messages out of its range");
-  for (; id < p && !ezi_ring_chan_bad(c); id++) {
+  for (; id < p && !ring_bad(c); id++) {
     uint32_t idx = (uint32_t)(id % c->nbuf);
     const ezi_ring_entry *e = &c->ring.e[idx];
     /* The publisher's memory: each word read once (a plain load), then only that is used. */
@@ -114,14 +128,14 @@ static bool pull_locked(chan *c, ez_sub *self, bool *stuck) {
     }
     if (!ezi_lchan_put(c, id, um.payload, um.payload_len, t0, seg, self)) {
       if (!now) now = ezi_tel_now();
-      ezi_ring_chan_free(c, idx, id, now); /* nobody to take it */
+      ring_free_entry(c, idx, id, now); /* nobody to take it */
     }
     any = true;
   }
   return any;
 }
 
-bool ezi_lchan_pull(chan *c, ez_sub *self, bool block) {
+static bool ring_pull(chan *c, ez_sub *self, bool block) {
   bool any = false;
   for (;;) {
     if (block)
@@ -134,13 +148,14 @@ bool ezi_lchan_pull(chan *c, ez_sub *self, bool block) {
     /* A receiver that found the lock taken went to sleep counting on the holder: look again
      * for what was put meanwhile (the publisher did not wake anyone for it). */
     __atomic_thread_fence(SEQ);
-    if (stuck || ezi_ring_chan_bad(c) ||
+    if (stuck || ring_bad(c) ||
         __atomic_load_n(&c->ring.h->published, SEQ) == __atomic_load_n(&c->published, SEQ))
       return any;
   }
 }
 
-void ezi_lchan_ring_seg(chan *c, uint64_t msg_id) {
+/* The publisher's segment for message msg_id is now c->seg. */
+static void ring_seg(chan *c, uint64_t msg_id) {
   pthread_mutex_lock(&c->pull_mu);
   const ezi_ring_entry *e = &c->ring.e[msg_id % c->nbuf];
   uint64_t eid = __atomic_load_n(&e->msg_id, __ATOMIC_RELAXED);
@@ -149,8 +164,8 @@ void ezi_lchan_ring_seg(chan *c, uint64_t msg_id) {
   pthread_mutex_unlock(&c->pull_mu);
 }
 
-int ezi_lchan_ring_start(chan *c, const char *name, size_t n, uint64_t start_id) {
-  if (c->ring_on || c->local_pub || !c->seg) return EZ_EPROTO;
+int ezi_ringchan_start(chan *c, const char *name, size_t n, uint64_t start_id) {
+  if (c->rx->ring || c->ring_on || c->local_pub || !c->seg) return EZ_EPROTO;
   int rc = ezi_ring_attach(name, n, c->nbuf, &c->ring);
   if (rc) return rc;
   if (!(c->ls = ezi_lchan_ring_new(c->lsn = c->nbuf))) {
@@ -160,16 +175,61 @@ int ezi_lchan_ring_start(chan *c, const char *name, size_t n, uint64_t start_id)
   pthread_mutex_lock(&c->pull_mu);
   c->ring_on = true; /* segments are mapped to generations as TX_SHM frames name them */
   c->mode = "shm";
+  c->rx = &ezi_rx_shm_ring; /* (c->mu not needed: no member takes yet, nor leaves meanwhile) */
   rc = ezi_lchan_attach(c, start_id); /* nothing is held: the publisher waited for that */
   pthread_mutex_unlock(&c->pull_mu);
   if (rc) return rc;
-  ezi_lchan_pull(c, NULL, true); /* what came already */
+  ring_pull(c, NULL, true); /* what came already */
   return 0;
 }
 
-void ezi_lchan_ring_free(chan *c) {
+static void ring_free(chan *c) {
   if (!c->ring_on) return;
   for (size_t i = 0; i < sizeof c->gseg / sizeof c->gseg[0]; i++)
     ezi_seg_unref(c->gseg[i].seg);
   ezi_ring_detach(&c->ring);
 }
+
+/* A TX_SHM wakes us up, or names the segment of a message in the ring. I/O thread. */
+static long ring_frame(chan *c, const ezi_tx_frame *f, uint64_t now) {
+  (void)now;
+  if (f->cmd != EZI_TX_SHM || ring_bad(c)) return EZ_EPROTO;
+  ring_seg(c, f->msg_id); /* (the link mapped the segment it names: c->seg) */
+  bool got = ring_pull(c, NULL, true);
+  /* The publisher may have consumed a newer sleep request with this frame (it stored
+   * `published`, the receiver took that message itself and armed rx_sleep again, then the
+   * publisher cleared it): a pull that finds nothing new would wake nobody, and the receiver
+   * would sleep through every message after it. Then wake whoever still waits: it looks again
+   * and re-arms, so a lost request costs one spurious wake-up instead of a stall. (A pull that
+   * found messages woke every member waiting for them.) */
+  if (!got) ezi_lchan_signal_all(c);
+  ezi_lchan_trim_members(c); /* leaky subscribers' oldest go at once */
+  return ring_bad(c) ? EZ_EPROTO : (long)f->used;
+}
+
+static pthread_mutex_t *ring_memb_mu(chan *c) { return &c->pull_mu; }
+
+/* A receiver goes to sleep, or a leaky member joined: the publisher is asked to send a TX_SHM for
+ * its next message. */
+static void ring_arm(chan *c) { __atomic_store_n(&c->ring.h->rx_sleep, 1, SEQ); }
+
+const ezi_rx_mode ezi_rx_shm_ring = {
+    .name = "shm ring",
+    .ring = true,
+    .shm_frames = true,
+    .frame = ring_frame,
+    .read_done = ezi_chan_wake_subs,
+    .free = ring_free,
+    .join = ezi_lchan_join,
+    .leave = ezi_lchan_leave,
+    .release = ezi_lchan_release,
+    .cut = ezi_lchan_cut,
+    .idle = ezi_lchan_idle,
+    .member_json = ezi_lchan_sub_json,
+    .freed = ring_freed,
+    .wake = ring_wake,
+    .memb_mu = ring_memb_mu,
+    .arm = ring_arm,
+    .pull = ring_pull,
+    .resignal = ring_resignal,
+};

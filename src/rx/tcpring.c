@@ -11,9 +11,9 @@
  * Acknowledgements go the other way in order: the I/O thread acknowledges the messages from the
  * first unacknowledged one (wack), whose entry no member holds any more, up to the first still
  * held, with one RX_ACK for the last of them (in a window, an ack is for every message up to it).
- * While the stream goes on it does so in batches (ezi_tcpring_read_done); when it pauses, from the
- * loop's idle hook (ezi_tcpring_idle); and a release wakes the I/O thread for it only if that
- * sleeps (ezi_tcpring_ask). No lock is shared with the receivers per message.
+ * While the stream goes on it does so in batches (tcpring_read_done); when it pauses, from the
+ * loop's idle hook (tcpring_idle); and a release wakes the I/O thread for it only if that sleeps
+ * (tcpring_freed). No lock is shared with the receivers per message.
  *
  * The window's rules are checked here as the publisher keeps them (pubwin.c): messages come in
  * order, each to an entry acknowledged already, and beyond nbuf in flight they take at most
@@ -21,7 +21,7 @@
  * acknowledged, or until the channel goes (a message still held or queued after the link is lost
  * stays valid), so chunks hold at most the unacknowledged messages' bytes, their frame headers
  * and the unused ends of two chunks; a chunk is reused once no member holds a message in it. */
-#include "chan/channel.h"
+#include "rx/tcpring.h"
 #include "base/rxbudget.h"
 #include "proto/txframe.h"
 
@@ -30,8 +30,11 @@
 
 #define SEQ __ATOMIC_SEQ_CST
 
-int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes) {
-  if (c->ls || msgs < c->nbuf || msgs > EZI_WIN_MAX_MSGS || bytes > EZI_WIN_MAX_BYTES)
+static void tcpring_acks(ez_context *ctx);
+static void tcpring_idle(void *arg, bool sleep);
+
+int ezi_tcpring_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes) {
+  if (c->rx->ring || msgs < c->nbuf || msgs > EZI_WIN_MAX_MSGS || bytes > EZI_WIN_MAX_BYTES)
     return EZ_EPROTO;
   lslot *ls = ezi_lchan_ring_new((uint32_t)msgs);
   uint64_t *wlen = calloc((size_t)msgs, sizeof *wlen);
@@ -60,8 +63,13 @@ int ezi_chan_win_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes
     c->wack = c->wnext = c->wscan = start_id;
     c->tcp_ring = true;
     c->mode = "tcp";
+    c->rx = &ezi_rx_tcp_window;
   }
   pthread_mutex_unlock(&c->mu);
+  if (!rc) { /* the I/O thread's hooks: acknowledgements, asked for and when the stream pauses */
+    c->ctx->rx_acks = tcpring_acks;
+    ezi_loop_set_idle_hook(c->ctx->loop, tcpring_idle, c->ctx);
+  }
   if (!rc) { /* nobody puts yet, but joins and leaves order themselves by pull_mu */
     pthread_mutex_lock(&c->pull_mu);
     rc = ezi_lchan_attach(c, start_id);
@@ -226,7 +234,10 @@ static int chunk_next(chan *c, size_t need) {
   return 0;
 }
 
-int ezi_tcpring_chunk_start(chan *c) {
+/* After the frame X_WIN was consumed: the bytes already read after it move to the first chunk,
+ * and reads go to chunks from now on (tcpring_fill; a frame used is then consumed by advancing
+ * c->pin.off alone). EZ_ENOMEM if it cannot be allocated. */
+static int tcpring_begin_reads(chan *c) {
   size_t pend = ezi_buf_pending(&c->pin);
   struct ezi_chunk *k = chunk_new(c, pend, pend);
   if (!k) return c->rx_refused ? EZ_EMSGSIZE : EZ_ENOMEM;
@@ -241,7 +252,9 @@ int ezi_tcpring_chunk_start(chan *c) {
   return 0;
 }
 
-long ezi_tcpring_fill(chan *c, int fd) {
+/* Reads from fd into the current chunk, moving to a new one when the frame being read does not
+ * fit in it. As ezi_buf_fill: bytes read, 0 if none now, < 0 on error or EOF. */
+static long tcpring_fill(chan *c, int fd) {
   ezi_buf *b = &c->pin;
   const uint8_t *h = b->data + b->off;
   size_t pend = b->len - b->off, need = EZI_TX_HDR_ROOM;
@@ -263,12 +276,16 @@ long ezi_tcpring_fill(chan *c, int fd) {
   return n;
 }
 
-void ezi_tcpring_link_closed(chan *c) {
+/* The link closes: the current chunk is retired with the rest (its messages may still be held),
+ * and c->pin is left empty. */
+static void tcpring_link_closed(chan *c) {
   chunk_retire(c);
   c->pin = (ezi_buf){0};
 }
 
-int ezi_tcpring_frame(chan *c, const ezi_tx_frame *f, uint64_t now) {
+/* A TX_TCP frame (f, whole, in the current chunk, where it stays): checked against the window and
+ * put for the members. Bytes used, or EZ_EPROTO (the publisher broke the window). */
+static long tcpring_frame(chan *c, const ezi_tx_frame *f, uint64_t now) {
   /* An X_TCP frame is the next message, its payload alone: it counts as the TX_TCP frame it
    * stands for (the marshalled size), as the publisher's window counts it. */
   bool x = f->cmd == EZI_X_TCP;
@@ -290,7 +307,7 @@ int ezi_tcpring_frame(chan *c, const ezi_tx_frame *f, uint64_t now) {
   /* Members join and leave on this thread: they stay the same until the read is published. */
   ezi_lchan_fill(c, id, um.payload, um.payload_len, t0, NULL); /* nobody: acked at the scan */
   c->wnext = id + 1;
-  return 0;
+  return (long)f->used;
 }
 
 /* Acknowledges, in order, the messages no member holds any more, in one RX_ACK: if there are at
@@ -307,7 +324,10 @@ static void scan(chan *c, uint64_t min_n, uint64_t min_bytes) {
   ezi_outbox_put_now(c->ctx, &c->acks, ack, sizeof ack); /* a closed link's outbox drops it */
 }
 
-void ezi_tcpring_read_done(chan *c) {
+/* After a read's frames: publishes the messages they completed, wakes the members that sleep (once
+ * for all of them), and acknowledges what was released if that is a quarter of the window (or
+ * 512 KiB). */
+static void tcpring_read_done(chan *c) {
   c->wread = true;
   if (c->wnext == __atomic_load_n(&c->published, __ATOMIC_RELAXED))
     return; /* a part of a message: nothing to tell, and nothing freed meanwhile counts yet */
@@ -320,11 +340,17 @@ void ezi_tcpring_read_done(chan *c) {
    * 512 KiB (a 16th of its byte budget: large messages are acked one by one, which was faster
    * at 1 MiB than by the quarter): the publisher's window stays open, and an ack costs the
    * sending TCP stack (and the publisher's I/O thread) a system call each. The rest go when the
-   * stream pauses (ezi_tcpring_idle). */
+   * stream pauses (tcpring_idle). */
   scan(c, c->lsn / 4, c->win_bytes / 16);
 }
 
-bool ezi_tcpring_ask(chan *c, uint64_t msg_id, bool more) {
+/* rxmode.h freed: the release of message msg_id was its last (its entry is free). Whether to ask
+ * the I/O thread to acknowledge: only if it sleeps (an awake one acknowledges in its idle hook),
+ * when the receiver caught up or every 64 messages (a receiver that keeps taking releases again
+ * soon), unless asked already. */
+static bool tcpring_freed(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now, bool more) {
+  (void)idx;
+  (void)now;
   if (more && (msg_id & 63) != 63) return false;        /* it releases again soon */
   if (__atomic_load_n(&c->ack_want, SEQ)) return false; /* asked already */
   /* An I/O thread that is awake scans before it sleeps: only a sleeping one is woken. (SEQ:
@@ -332,13 +358,17 @@ bool ezi_tcpring_ask(chan *c, uint64_t msg_id, bool more) {
   return ezi_loop_sleeping(c->ctx->loop);
 }
 
-void ezi_tcpring_released(chan *c) {
+/* rxmode.h wake: asks the I/O thread to acknowledge (it may write to the wake-up eventfd: no lock
+ * held, and c alive). */
+static void tcpring_wake(chan *c, uint64_t msg_id) {
+  (void)msg_id;
   ez_context *ctx = c->ctx;
   __atomic_store_n(&c->ack_want, 1, SEQ);
   if (!__atomic_exchange_n(&ctx->acks_posted, 1, SEQ)) ezi_loop_wake(ctx->loop);
 }
 
-void ezi_tcpring_acks(ez_context *ctx) {
+/* The acknowledgements releases asked for (the context's wake hook, ctx->rx_acks). */
+static void tcpring_acks(ez_context *ctx) {
   if (!__atomic_exchange_n(&ctx->acks_posted, 0, SEQ)) return;
   /* Channels are created and destroyed on this thread only: the list is stable here. */
   for (size_t i = 0; i < ctx->n_chans; i++) {
@@ -347,7 +377,9 @@ void ezi_tcpring_acks(ez_context *ctx) {
   }
 }
 
-void ezi_tcpring_idle(void *arg, bool sleep) {
+/* The loop's idle hook (loop.h): acknowledges what was released on the TCP rings whose stream
+ * paused (not read in this round of events), or on all of them before the loop sleeps. */
+static void tcpring_idle(void *arg, bool sleep) {
   ez_context *ctx = arg;
   for (size_t i = 0; i < ctx->n_chans; i++) {
     chan *c = ctx->chans[i];
@@ -360,7 +392,7 @@ void ezi_tcpring_idle(void *arg, bool sleep) {
   }
 }
 
-void ezi_tcpring_free(chan *c) {
+static void tcpring_free(chan *c) {
   chunk_retire(c);
   c->pin = (ezi_buf){0};
   for (struct ezi_chunk *k = c->retired, *n; k; k = n) {
@@ -377,3 +409,26 @@ void ezi_tcpring_free(chan *c) {
   free(c->wlen);
   c->wlen = NULL;
 }
+
+static pthread_mutex_t *tcpring_memb_mu(chan *c) { return &c->pull_mu; }
+
+const ezi_rx_mode ezi_rx_tcp_window = {
+    .name = "tcp window",
+    .ring = true,
+    .frame = tcpring_frame,
+    .read_done = tcpring_read_done,
+    .fill = tcpring_fill,
+    .begin_reads = tcpring_begin_reads,
+    .link_closed = tcpring_link_closed,
+    .free = tcpring_free,
+    .join = ezi_lchan_join,
+    .leave = ezi_lchan_leave,
+    .release = ezi_lchan_release,
+    .cut = ezi_lchan_cut,
+    .idle = ezi_lchan_idle,
+    .member_json = ezi_lchan_sub_json,
+    .freed = tcpring_freed,
+    .wake = tcpring_wake,
+    .memb_mu = tcpring_memb_mu,
+    .drains = true,
+};

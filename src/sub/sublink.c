@@ -6,6 +6,8 @@
  * stays listed, so a transient failure never leaves a subscriber deaf to a live publisher.
  * Everything here runs on the I/O thread. */
 #include "sub/subscriber.h"
+#include "chan/channel.h"
+#include "chan/chanreg.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,11 +100,22 @@ static void link_failed(ez_sub *s, pub_link *l, int rc, bool cut) {
   arm_retry(s);
 }
 
+/* What a channel calls in its members' subscribers (chan/channel.h). */
+static const ezi_member_ops member_ops = {
+    .joined = ezi_sub_join_done,
+    .lost = ezi_sub_chan_lost,
+    .push = ezi_sub_push,
+    .wake = ezi_sub_wake,
+    .purge = ezi_sub_purge,
+    .take_if = ezi_sub_take_if,
+    .profile = ezi_sub_member_json,
+};
+
 /* Joins l's publisher; with pending, the join finishes in ezi_sub_join_done. */
 static int link_join(ez_sub *s, pub_link *l, bool *pending) {
   chan_sub *cs = NULL;
   *pending = false;
-  int rc = ezi_chan_join(s->ctx, l->pub_id, s, &cs, pending);
+  int rc = ezi_chan_join(s->ctx, l->pub_id, s, &member_ops, &cs, pending);
   if (rc) return rc;
   l->cs = cs;
   l->retry_at = 0;

@@ -18,6 +18,17 @@ const char *ez_sub_id(const ez_sub *s) { return s->id; }
 const char *ez_sub_topic(const ez_sub *s) { return s->topic; }
 const char *ezi_sub_handle(const ez_sub *s) { return s->handle; }
 
+json_t *ezi_sub_member_json(const ez_sub *s, const ezi_window *proc, uint64_t in_flight,
+                            uint64_t now, double window_s) {
+  json_t *j = ezi_sub_tel_json(proc, s->id, s->handle, in_flight, now, window_s);
+  if (j && s->max_queue) { /* a leaky subscriber: what it dropped (in all, all channels) */
+    json_object_set_new(j, "max_queue", json_integer(s->max_queue));
+    json_object_set_new(j, "dropped",
+                        json_integer((json_int_t)__atomic_load_n(&s->dropped, __ATOMIC_RELAXED)));
+  }
+  return j;
+}
+
 /* ---- queue --------------------------------------------------------------------------------- */
 
 bool ezi_sub_mark_ready(ez_sub *s) { /* s->mu held; the queue just became non-empty */

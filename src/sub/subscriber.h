@@ -7,11 +7,6 @@
 #include "core/context.h"
 #include "base/trace.h"
 
-struct note {
-  chan_sub *cs;
-  uint64_t msg_id;
-};
-
 typedef struct link {
   char pub_id[37];
   chan_sub *cs;      /* NULL while waiting to join again */
@@ -71,20 +66,36 @@ struct ez_sub {
 void ezi_sub_signal_ready(ez_sub *s);
 bool ezi_sub_mark_ready(ez_sub *s);
 
-/* localchan.c (s->mu held): true if a local channel has a message for s; takes the next one
- * into m (round robin over the channels). */
-bool ezi_lchan_ready(ez_sub *s);
-/* Asks the publishers of s's ring channels for a wake-up at their next message (s->mu held). */
-void ezi_lchan_arm(ez_sub *s);
-/* (With a leaky subscriber, what its member has waiting beyond max_queue is dropped first, the
- * oldest: *d gets what ezi_lchan_trim_done must finish once s->mu is unlocked.) */
-bool ezi_lchan_take(ez_sub *s, ez_msg *m, ezi_ldrops *d);
-/* localchan.c (s->mu held): true if a member that left or was cut still has messages to take. */
-bool ezi_lchan_draining(ez_sub *s);
-/* localchan.c: ends the memberships s left that still drain what they had queued (a TCP ring's
- * members keep delivering that after they left): their messages and views are released. The
- * subscriber is being destroyed; I/O thread, s->mu not held. */
-void ezi_lchan_purge(ez_sub *s);
+/* ---- subscriber.c: a membership's callbacks (ezi_member_ops) and the notice queue
+ * ------------------------------------------------------------- */
+/* Queues a notice for sub (called with chan->mu held). With defer_wake, a sleeping receiver is
+ * signalled only by the next ezi_sub_wake (the I/O thread queues a whole read's batch first).
+ * Returns false if it could not be queued (out of memory). A leaky subscriber whose queue is full
+ * drops its oldest notice to make room: it goes to *dropped (its cs NULL if none), for the
+ * caller to release once it holds no channel lock. */
+bool ezi_sub_push(ez_sub *sub, chan_sub *cs, uint64_t msg_id, bool defer_wake, note *dropped);
+/* Signals the receiver if a deferred push left it asleep. Any thread. */
+void ezi_sub_wake(ez_sub *sub);
+/* Drops every queued notice of cs, then (unlocked) passes their msg ids to fn, in order. */
+void ezi_sub_purge(ez_sub *sub, chan_sub *cs, void (*fn)(chan_sub *, uint64_t));
+/* Releases every queued notice (the subscriber is going away; the channels it still holds
+ * messages of, left already, go once those are released). I/O thread. */
+void ezi_sub_purge_all(ez_sub *sub);
+/* Removes up to cap queued notices of cs for which drop(cs, msg_id, arg) says so (called under
+ * sub->mu: it may not take a lock that comes after it), into ids; the others stay where they
+ * are, in order. Returns how many were removed. */
+size_t ezi_sub_take_if(ez_sub *sub, chan_sub *cs, bool (*drop)(chan_sub *, uint64_t, void *),
+                       void *arg, uint64_t *ids, size_t cap);
+const char *ezi_sub_handle(const ez_sub *sub);
+/* A membership's profile (ezi_member_ops.profile): its processing times, the subscriber's id and
+ * handle, and a leaky one's bound and what it dropped. */
+json_t *ezi_sub_member_json(const ez_sub *sub, const ezi_window *proc, uint64_t in_flight,
+                            uint64_t now, double window_s);
+/* A pending join finished (rc 0) or failed (then sub leaves cs). I/O thread. */
+void ezi_sub_join_done(ez_sub *sub, chan_sub *cs, int rc);
+/* The link of cs's channel to its publisher was cut after the handshake: sub leaves cs and joins
+ * the publisher again later. I/O thread. */
+void ezi_sub_chan_lost(ez_sub *sub, chan_sub *cs);
 
 /* sublink.c: the graph link's event handler (I/O thread). */
 void ezi_sub_on_graph(ezi_watch *w, uint32_t ev);

@@ -1,0 +1,11 @@
+/* The in-process receive mode (publocal.c): a channel whose publisher is in this process puts
+ * into the channel's ring itself. */
+#ifndef EZI_PUBLOCAL_H
+#define EZI_PUBLOCAL_H
+
+#include "ring/rxmode.h"
+
+/* The mode's table (rxmode.h), which ezi_pub_set_local gives the channel it attaches. */
+extern const ezi_rx_mode ezi_rx_in_process;
+
+#endif
