@@ -85,7 +85,13 @@ static inline uint8_t *ezi_seg_data(const ezi_seg *s, uint64_t i) {
 }
 static inline uint64_t ezi_seg_room(const ezi_seg *s) { return s->shm.stride - 16; }
 void ezi_seg_ref(ezi_seg *s);
-void ezi_seg_unref(ezi_seg *s);
+/* Frees s, whose last reference was dropped (ezi_seg_unref). */
+void ezi_seg_free(ezi_seg *s);
+/* Drops a reference (NULL: nothing); the last one frees s. Inline: a ring channel's release
+ * drops one per message. Any thread. */
+static inline void ezi_seg_unref(ezi_seg *s) {
+  if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0) ezi_seg_free(s);
+}
 /* True if the graph server hung up on s's lease, waiting up to wait_ms for it (0: just look).
  * False for a segment without a lease. The caller holds a reference. Any thread. */
 bool ezi_seg_server_gone(ezi_seg *s, int wait_ms);

@@ -127,8 +127,7 @@ void ezi_seg_orphaned(ezi_seg *s) {
   }
 }
 
-void ezi_seg_unref(ezi_seg *s) {
-  if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
+void ezi_seg_free(ezi_seg *s) {
   /* Normally the server unlinks a segment with its last lease. A server that died cannot: then
    * whoever asked for the segment removes its name (mappings elsewhere stay valid). */
   if (s->creator && ezi_seg_server_gone(s, 0)) ezi_seg_orphaned(s);
