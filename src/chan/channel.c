@@ -35,6 +35,37 @@ int ezi_chan_sub_kind(const chan_sub *cs) {
                                : EZI_M39_CH_UNKNOWN;
 }
 
+/* ---- the ring modes' share ------------------------------------------------------------------ */
+
+int ezi_chan_ring_attach(chan *c, uint64_t next_id) {
+  pthread_mutex_lock(&c->mu);
+  ezi_lchan_start(&c->lr, next_id);
+  int rc = 0;
+  for (size_t i = 0; i < c->n_subs && !rc; i++)
+    if (!c->subs[i]->gone) rc = ezi_lchan_add(&c->lr, c->subs[i]);
+  if (rc) ezi_lchan_unjoin(&c->lr, 0); /* nothing was put yet */
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+int ezi_chan_ring_join(chan *c, chan_sub *cs) { return ezi_lchan_join(&c->lr, cs); }
+
+json_t *ezi_chan_ring_member_json(chan_sub *cs, uint64_t now, double window_s,
+                                  uint64_t *in_flight) {
+  pthread_mutex_lock(cs->rv->mu); /* (a ring member's fields are its receiver's) */
+  *in_flight = ezi_lchan_in_flight(cs);
+  ezi_window_fold(cs->proc);
+  json_t *j = cs->ops->profile(cs->sub, cs->proc, *in_flight, now, window_s);
+  pthread_mutex_unlock(cs->rv->mu);
+  return j;
+}
+
+void ezi_chan_sub_done(chan_sub *cs) {
+  chan *c = cs->ch;
+  ezi_chan_sub_free(cs);
+  ezi_chan_unref(c);
+}
+
 void ezi_chan_wake_subs(chan *c) {
   pthread_mutex_lock(&c->mu);
   for (size_t i = 0; i < c->n_subs; i++)
@@ -85,7 +116,7 @@ json_t *ezi_chan_profile(chan *c, double window_s) {
     in_flight += n;
   }
   const char *mode = c->mode;
-  uint32_t window = c->tcp_ring ? c->lsn : 0;
+  uint32_t window = c->tcp_ring ? c->lr.lsn : 0;
   pthread_mutex_unlock(&c->mu);
   json_object_set_new(j, "type", json_string("channel"));
   json_object_set_new(j, "channel_id", json_string(c->id));
@@ -111,12 +142,12 @@ int ezi_chan_link_done(chan *c, int rc) {
   size_t n = c->n_subs;
   chan_sub **waiting = malloc((n ? n : 1) * sizeof *waiting);
   if (!rc && !waiting) rc = EZ_ENOMEM;
-  /* A remote publisher's notices fill slots; a local channel has its ring (ls) instead. */
+  /* A remote publisher's notices fill slots; a local channel has its ring instead (whose
+   * producer, the publisher, sets its callbacks as it attaches: ezi_pub_set_local). */
   if (!rc && c->local_pub)
-    c->ls = ezi_lchan_ring_new(c->lsn = c->nbuf);
-  else if (!rc)
-    c->slots = calloc(c->nslot = c->nbuf, sizeof *c->slots);
-  if (!rc && !c->ls && !c->slots) rc = EZ_ENOMEM;
+    rc = ezi_lchan_ring_init(&c->lr, c->nbuf, NULL, c, c->pub_id);
+  else if (!rc && !(c->slots = calloc(c->nslot = c->nbuf, sizeof *c->slots)))
+    rc = EZ_ENOMEM;
   for (size_t i = 0; i < n && !rc; i++)
     if (!(c->subs[i]->t0 = calloc(c->nbuf, sizeof(uint64_t)))) rc = EZ_ENOMEM;
   c->state = rc ? CH_FAILED : CH_READY;
@@ -174,7 +205,7 @@ void ezi_chan_pub_gone(chan *c) {
   while (c->pub_users)
     pthread_cond_wait(&c->cv, &c->mu); /* wake-ups in progress finish first */
   pthread_mutex_unlock(&c->mu);
-  if (pub && c->ls) ezi_pub_hand_over(pub, &c->kept_seg, &c->kept_retired, c->kept_hot);
+  if (pub && c->lr.ls) ezi_pub_hand_over(pub, &c->kept_seg, &c->kept_retired, c->kept_hot);
 }
 
 void ezi_chan_destroy(chan *c) {
@@ -205,8 +236,7 @@ void ezi_chan_destroy(chan *c) {
   ezi_seg_chain_free(c->kept_retired);
   free(c->slots);
   free(c->drops);
-  free(c->ls);
-  free(c->lsubs);
+  ezi_lchan_ring_free(&c->lr);
   free(c->subs);
   pthread_mutex_destroy(&c->pull_mu);
   pthread_mutex_destroy(&c->mu);

@@ -35,7 +35,7 @@ struct ezi_chunk {
 };
 #define EZI_CHUNK_ALLOC (sizeof(struct ezi_chunk) + EZI_CHUNK_BYTES)
 
-typedef struct slot {
+typedef struct chan_slot {
   uint64_t msg_id;
   bool live;
   uint32_t refs; /* subscribers still holding it */
@@ -44,7 +44,7 @@ typedef struct slot {
   size_t owned_cap; /* ... in a buffer of this size (ezi_chan_buf_take) */
   ezi_seg *seg;     /* the segment the bytes live in */
   ez_iov *iov;      /* raw pickles: the buffers */
-} slot;
+} chan_slot;
 
 /* What a channel calls in the subscriber of a membership: the callbacks the subscriber registered
  * when it joined (ezi_chan_join), so that the channel names none of its functions. */
@@ -75,29 +75,6 @@ typedef struct ezi_member_ops {
                      double window_s);
 } ezi_member_ops;
 
-/* A subscriber's membership of a channel. Its fields are guarded by chan->mu, except for a local
- * channel's members (local, shared-memory ring and TCP ring), whose t0, held, next, end, gone,
- * leaving, cut and proc are guarded by their subscriber's mu (their receivers never take chan->mu
- * per message). */
-struct chan_sub {
-  chan *ch;
-  ez_sub *sub;
-  const ezi_member_ops *ops; /* sub's callbacks (set at the join, constant) */
-  uint64_t *t0;              /* notify time per slot (0: not held); allocated once nbuf is known */
-  uint64_t in_flight;
-  bool gone;    /* left its channel; freed once nothing it held is outstanding */
-  bool leaving; /* ezi_chan_leave is running: it frees the struct itself */
-  bool cut;     /* local channels: its link was lost (ezi_lchan_cut); it drains, then leaves */
-  /* local channels */
-  uint64_t next;    /* the next message id to take */
-  uint64_t seen;    /* the channel's `published` when last read: the publisher writes that line
-                     * per message, so a receiver behind it reads it once per batch, not per
-                     * message (localchan.c avail_end) */
-  uint64_t end;     /* UINT64_MAX while a member; after leaving, the first id not counted for it */
-  uint32_t held;    /* taken and not released yet */
-  ezi_window *proc; /* processing times (telemetry.h; its own allocation, same guard) */
-};
-
 enum { CH_REGISTERING, CH_CONNECTING, CH_READY, CH_FAILED };
 
 struct chan {
@@ -108,11 +85,11 @@ struct chan {
   int state;     /* CH_*; changes on the I/O thread only */
   uint32_t nbuf; /* known once ready */
   /* Notices of a remote publisher: `nslot` (= nbuf) slots, msg_id % nslot (c->mu). */
-  slot *slots;
+  chan_slot *slots;
   uint32_t nslot;
   /* TCP window (tcpring.c): an ezmsg-c publisher sent X_WIN. The channel then works as a local
-   * one (ls, lsn entries) whose publisher is its own I/O thread. I/O thread only, except tcp_ring
-   * and lsn, which are set before any member can see them. */
+   * one (its ring lr, of the window's size) whose producer is its own I/O thread. I/O thread only,
+   * except tcp_ring, which is set before any member can see it. */
   bool tcp_ring;
   uint64_t win_bytes;   /* the byte budget beyond nbuf messages in flight */
   uint64_t live_bytes;  /* what the unacknowledged messages [wack, published) take */
@@ -144,11 +121,6 @@ struct chan {
   /* local (localchan.c) */
   ez_pub *local_pub;
   int pub_users;
-  lslot *ls;        /* the ring, one entry per slot; set before any message (local channels only) */
-  uint32_t lsn;     /* its entries: nbuf, or a TCP window's size */
-  chan_sub **lsubs; /* the members each new message counts (pub->mu) */
-  size_t n_lsubs;   /* (pub->mu) */
-  uint32_t n_leaky; /* atomic, changed with lsubs: members whose subscriber is leaky */
   ezi_seg *kept_seg;    /* a gone publisher's segments, which messages still queued live in */
   uint8_t *kept_hot[2]; /* ... and its hot buffers (pubhot.c) */
   ezi_seg_chain *kept_retired;
@@ -163,13 +135,8 @@ struct chan {
     uint32_t gen;
     ezi_seg *seg;
   } gseg[8]; /* the publisher's segments by generation (pull_mu) */
-  /* Each on a cache line of its own: the publisher writes `published` per message, receivers
-   * read `pub_wants` per release. */
-  char pad0_[64];
-  uint64_t published; /* atomic: every id below has been put */
-  char pad1_[64];
-  uint32_t pub_wants; /* atomic: 0, the slot + 1 the publisher sleeps for, or EZI_LWANT_ANY */
-  char pad2_[64];
+  /* The ring of the ring modes (ring/localchan.h): set up before any member can see it. */
+  ezi_lring lr;
   /* remote (I/O thread; `remote` is set before anyone else sees the channel) */
   bool remote;
   ezi_watch pw;
@@ -241,6 +208,17 @@ void ezi_chan_sub_free(chan_sub *cs);
 
 /* Acks msg_id to the publisher. Never called with c->mu held. */
 void ezi_chan_ack(chan *c, uint64_t msg_id);
+
+/* The ring modes' share (rxmode.h), on the channel's ring c->lr. ezi_chan_ring_attach: every
+ * subscriber of c becomes a member, from message next_id on (the membership lock held;
+ * EZ_ENOMEM). ezi_chan_ring_join: the member op join. ezi_chan_ring_member_json: the member op
+ * member_json. */
+int ezi_chan_ring_attach(chan *c, uint64_t next_id);
+int ezi_chan_ring_join(chan *c, chan_sub *cs);
+json_t *ezi_chan_ring_member_json(chan_sub *cs, uint64_t now, double window_s, uint64_t *in_flight);
+/* cs left and holds nothing: it is freed, and its reference to its channel dropped (the ring's
+ * chan_sub.done). Any thread. */
+void ezi_chan_sub_done(chan_sub *cs);
 
 /* Through the channel's receive mode (rxmode.h). ezi_chan_release: cs's user is done with
  * message msg_id (any thread). ezi_chan_sub_idle: true if cs holds no message, none queued, none

@@ -223,8 +223,8 @@ static int chan_create(ez_context *ctx, const char *pub_id, chan **out) {
   return 0;
 }
 
-int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, const ezi_member_ops *ops,
-                  chan_sub **out, bool *pending) {
+int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, ezi_lrecv *rv,
+                  const ezi_member_ops *ops, chan_sub **out, bool *pending) {
   pthread_mutex_lock(&ctx->mu);
   chan *c = ezi_ctx_find_chan(ctx, pub_id); /* a live one: failed channels are skipped */
   pthread_mutex_unlock(&ctx->mu);
@@ -236,7 +236,7 @@ int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, const ezi_me
   }
   chan_sub *cs = calloc(1, sizeof *cs);
   if (cs) cs->proc = ezi_window_new();
-  if (cs && c->state == CH_READY) cs->t0 = calloc(c->ls ? c->lsn : c->nslot, sizeof *cs->t0);
+  if (cs && c->state == CH_READY) cs->t0 = calloc(c->lr.ls ? c->lr.lsn : c->nslot, sizeof *cs->t0);
   chan_sub **v = cs && cs->proc && (cs->t0 || c->state != CH_READY)
                      ? realloc(c->subs, (c->n_subs + 1) * sizeof *v)
                      : NULL;
@@ -248,6 +248,8 @@ int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, const ezi_me
   cs->ch = c;
   cs->sub = sub;
   cs->ops = ops;
+  cs->rv = rv;
+  cs->done = ezi_chan_sub_done;
   pthread_mutex_lock(&c->mu);
   c->subs = v;
   c->subs[c->n_subs++] = cs;

@@ -12,10 +12,10 @@ int ezi_chan_reg_start(chan *c);
 void ezi_chan_graph_close(chan *c);
 
 /* Finds or creates the channel for pub_id and adds sub to it, whose callbacks are ops (static:
- * they must outlast the membership). If the channel is still shaking hands with a remote
- * publisher, *pending is set and ops->joined reports the outcome later. 0, EZ_ENOMEM, or the
- * graph server's unreachability (EZ_ENOSERVER...). I/O thread. */
-int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, const ezi_member_ops *ops,
-                  chan_sub **out, bool *pending);
+ * they must outlast the membership) and whose receiver of ring messages is rv. If the channel is
+ * still shaking hands with a remote publisher, *pending is set and ops->joined reports the outcome
+ * later. 0, EZ_ENOMEM, or the graph server's unreachability (EZ_ENOSERVER...). I/O thread. */
+int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, ezi_lrecv *rv,
+                  const ezi_member_ops *ops, chan_sub **out, bool *pending);
 
 #endif

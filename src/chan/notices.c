@@ -14,7 +14,7 @@
 static bool not_owned(chan_sub *cs, uint64_t msg_id, void *arg) {
   chan *c = arg;
   (void)cs;
-  const slot *sl = c->slots && c->nslot ? &c->slots[msg_id % c->nslot] : NULL;
+  const chan_slot *sl = c->slots && c->nslot ? &c->slots[msg_id % c->nslot] : NULL;
   return !(sl && sl->live && sl->msg_id == msg_id && sl->owned);
 }
 
@@ -100,11 +100,11 @@ static void buf_give(chan *c, uint8_t *p, size_t cap) {
 }
 
 /* Empties a slot (c->mu held, or c no longer shared). */
-static void slot_clear(chan *c, slot *s) {
+static void slot_clear(chan *c, chan_slot *s) {
   buf_give(c, s->owned, s->owned_cap);
   free(s->iov);
   ezi_seg_unref(s->seg);
-  *s = (slot){0};
+  *s = (chan_slot){0};
 }
 
 /* A leaky subscriber's oldest notice, dropped to make room (c->mu held): released by
@@ -132,7 +132,7 @@ void ezi_chan_release_drops(chan *c) {
 
 int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8_t *owned,
                      size_t owned_cap, ezi_seg *seg, uint64_t now) {
-  slot *s = &c->slots[msg_id % c->nslot];
+  chan_slot *s = &c->slots[msg_id % c->nslot];
   if (s->live) { /* the publisher broke backpressure: refuse, keep what subscribers hold */
     EZI_WARN_RL("channel %s: publisher reused the slot of message %llu before it was released",
                 c->id, (unsigned long long)s->msg_id);
@@ -184,7 +184,7 @@ int ezi_chan_deliver(chan *c, uint64_t msg_id, const ezi_unmarshalled *um, uint8
 int ezi_chan_view(chan_sub *cs, uint64_t msg_id, ez_msg *m) {
   chan *c = cs->ch;
   pthread_mutex_lock(&c->mu);
-  slot *s = &c->slots[msg_id % c->nslot];
+  chan_slot *s = &c->slots[msg_id % c->nslot];
   int rc = s->live && s->msg_id == msg_id ? 0 : EZ_ENOENT;
   if (!rc) {
     m->data = s->um.payload;
@@ -206,7 +206,7 @@ static void slot_release(chan_sub *cs, uint64_t msg_id) {
   bool free_cs = false;
   pthread_mutex_lock(&c->mu);
   uint32_t idx = (uint32_t)(msg_id % c->nslot);
-  slot *s = &c->slots[idx];
+  chan_slot *s = &c->slots[idx];
   if (cs->t0[idx] && s->live && s->msg_id == msg_id) {
     uint64_t t0 = cs->t0[idx], now = t0 == EZI_UNSTAMPED ? EZI_UNSTAMPED : ezi_tel_now();
     ezi_window_span(cs->proc, t0, now);

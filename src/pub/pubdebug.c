@@ -41,8 +41,7 @@ size_t ezi_pub_describe(ez_pub *p, char *buf, size_t cap) {
       U(p->in_flight), idx, p->leases[idx], U(p->slot_msg[idx]), U(p->local_t0[idx]), p->n_chans);
   if (p->local)
     put(&o, "  local channel: published %llu, pub_wants %u\n",
-        U(__atomic_load_n(&p->local->published, __ATOMIC_SEQ_CST)),
-        __atomic_load_n(&p->local->pub_wants, __ATOMIC_SEQ_CST));
+        U(ezi_lchan_published(&p->local->lr)), ezi_lchan_wants(&p->local->lr));
   for (size_t i = 0; i < p->n_chans; i++) {
     pub_chan *pc = p->chans[i];
     pthread_mutex_lock(&pc->out.mu);

@@ -12,6 +12,7 @@
  * before, so backpressure is unchanged; only where the bytes live differs. When the publisher goes,
  * the buffers go to the local channel with its segments (ezi_pub_hand_over), since queued messages
  * and views may still point into them. */
+#include "chan/channel.h"
 #include "pub/pubhot.h"
 
 #include <stdlib.h>
@@ -22,7 +23,8 @@ static bool hot_free(ez_pub *p, const struct ezi_hot *h) {
   if (!h->used) return true;
   uint32_t idx = (uint32_t)(h->msg % p->nbuf);
   uint64_t freed;
-  return ezi_lchan_msg_id(p->local, idx) != h->msg || ezi_lchan_slot_free(p->local, idx, &freed);
+  return ezi_lchan_msg_id(&p->local->lr, idx) != h->msg ||
+         ezi_lchan_slot_free(&p->local->lr, idx, &freed);
 }
 
 uint8_t *ezi_pub_hot_take(ez_pub *p, uint64_t id, size_t len) {

@@ -47,8 +47,9 @@ int ezi_pub_set_local(ez_pub *p, chan *c) {
   pthread_mutex_lock(&p->mu);
   int rc = 0;
   if (c) {
-    c->rx = &ezi_rx_in_process; /* (no member yet: they come with the attach) */
-    rc = ezi_lchan_attach(c, p->next_id);
+    c->lr.ops = ezi_rx_in_process.producer; /* (no member yet: they come with the attach) */
+    c->rx = &ezi_rx_in_process;
+    rc = ezi_chan_ring_attach(c, p->next_id);
     if (!rc) p->local = c;
   } else if (p->local) { /* the local channel leaves (its members released everything) */
     ezi_pub_harvest_all(p);

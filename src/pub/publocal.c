@@ -6,19 +6,20 @@
 #include "pub/pubstate.h"
 #include "pub/pubwait.h"
 
-/* rxmode.h freed: the publisher reads the entry's holder count itself when it needs the slot
- * again; it is woken only if it announced that it sleeps for this entry (or any). */
-static bool local_freed(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now, bool more) {
+/* The producer's freed (ezi_lring_ops): the publisher reads the entry's holder count itself when it
+ * needs the slot again; it is woken only if it announced that it sleeps for this entry (or any). */
+static bool local_freed(ezi_lring *r, uint32_t idx, uint64_t msg_id, uint64_t now, bool more) {
   (void)msg_id;
   (void)now;
   (void)more;
-  return ezi_lchan_wanted(c, idx);
+  return ezi_lchan_wanted(r, idx);
 }
 
-/* rxmode.h wake: the publisher sleeps on pub->cv: it is woken through its lock (pub_users keeps
- * it alive meanwhile: ezi_chan_pub_gone waits for them). */
-static void local_wake(chan *c, uint64_t msg_id) {
+/* The producer's wake (ezi_lring_ops): the publisher sleeps on pub->cv: it is woken through its
+ * lock (pub_users keeps it alive meanwhile: ezi_chan_pub_gone waits for them). */
+static void local_wake(ezi_lring *r, uint64_t msg_id) {
   (void)msg_id;
+  chan *c = r->owner;
   pthread_mutex_lock(&c->mu);
   ez_pub *pub = c->local_pub;
   if (pub) c->pub_users++;
@@ -30,21 +31,28 @@ static void local_wake(chan *c, uint64_t msg_id) {
   pthread_mutex_unlock(&c->mu);
 }
 
-/* rxmode.h memb_mu: the publisher's lock; none once the publisher is gone (nobody puts any more;
- * only the I/O thread clears local_pub). */
-static pthread_mutex_t *local_memb_mu(chan *c) { return c->local_pub ? &c->local_pub->mu : NULL; }
+/* The producer's memb_mu (ezi_lring_ops): the publisher's lock; none once the publisher is gone
+ * (nobody puts any more; only the I/O thread clears local_pub). */
+static pthread_mutex_t *local_memb_mu(ezi_lring *r) {
+  chan *c = r->owner;
+  return c->local_pub ? &c->local_pub->mu : NULL;
+}
 
-const ezi_rx_mode ezi_rx_in_process = {
-    .name = "in-process",
-    .ring = true,
-    .join = ezi_lchan_join,
-    .leave = ezi_lchan_leave,
-    .release = ezi_lchan_release,
-    .cut = ezi_lchan_cut,
-    .idle = ezi_lchan_idle,
-    .member_json = ezi_lchan_sub_json,
+static const ezi_lring_ops producer = {
     .freed = local_freed,
     .wake = local_wake,
     .memb_mu = local_memb_mu,
     .producer_trims = true,
+};
+
+const ezi_rx_mode ezi_rx_in_process = {
+    .name = "in-process",
+    .ring = true,
+    .join = ezi_chan_ring_join,
+    .leave = ezi_lchan_leave,
+    .release = ezi_lchan_release,
+    .cut = ezi_lchan_cut,
+    .idle = ezi_lchan_idle,
+    .member_json = ezi_chan_ring_member_json,
+    .producer = &producer,
 };

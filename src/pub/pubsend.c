@@ -1,6 +1,7 @@
 /* Publishing: a message into the next slot of the segment, then to every channel in its send mode
  * (pubstate.h: a frame on its socket, an entry of its shared ring, or a frame in its TCP window)
  * and to the local channel; loans, flush, and the traces of publishing. */
+#include "chan/channel.h"
 #include "pub/pubwait.h"
 #include "pub/pubhot.h"
 #include "pub/pubwin.h"
@@ -154,7 +155,7 @@ static void send_slot(ez_pub *p, size_t len, const uint8_t *local_data, const ui
   if (!direct) ezi_marshal_bytes_header(slot, id, len);
   p->slot_msg[idx] = id;
   const uint8_t *ld = local_data ? local_data : slot + EZI_MARSHAL_BYTES_HDR;
-  if (p->local && ezi_lchan_put(p->local, id, ld, len, now, NULL, NULL)) {
+  if (p->local && ezi_lchan_put(&p->local->lr, id, ld, len, now, NULL, NULL)) {
     p->local_t0[idx] = now;
     p->in_flight++;
   }

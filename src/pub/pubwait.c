@@ -1,6 +1,7 @@
 /* A publisher's backpressure: which slots its channels still hold (leases of TCP and TX_SHM
  * channels, the local channel's and the shared rings' entries), waiting for the next one, waking
  * for releases and SYNC, and growing or replacing the segment. p->mu is held throughout. */
+#include "chan/channel.h"
 #include "pub/pubwait.h"
 #include "pub/pubwin.h"
 #include "base/shmguard.h"
@@ -20,7 +21,7 @@ static void release_retired(ez_pub *p);
 static bool local_held(ez_pub *p, uint32_t idx) {
   if (!p->local_t0[idx]) return false;
   uint64_t freed;
-  if (!p->local || !ezi_lchan_slot_free(p->local, idx, &freed)) return p->local != NULL;
+  if (!p->local || !ezi_lchan_slot_free(&p->local->lr, idx, &freed)) return p->local != NULL;
   uint64_t t0 = p->local_t0[idx];
   ezi_window_span(p->tel_bp, t0, freed);
   p->local_t0[idx] = 0;
@@ -80,7 +81,7 @@ void ezi_pub_set_wants(ez_pub *p) {
     w = EZI_LWANT_ANY;
   else if (p->waiters)
     w = (uint32_t)p->want + 1;
-  if (p->local) ezi_lchan_set_wants(p->local, w);
+  if (p->local) ezi_lchan_set_wants(&p->local->lr, w);
   for (size_t i = 0; i < p->n_chans; i++)
     if (p->chans[i]->mode == EZI_SEND_RING)
       __atomic_store_n(&p->chans[i]->ring.h->pub_wants, w, __ATOMIC_SEQ_CST);
@@ -162,7 +163,8 @@ void ezi_pub_ring_close(ez_pub *p, pub_chan *pc, uint64_t now) {
  * of theirs (p->mu held; remote leases are checked by the caller). */
 static bool slot_free_atomics(ez_pub *p, uint32_t idx) {
   uint64_t freed;
-  if (p->local_t0[idx] && p->local && !ezi_lchan_slot_free(p->local, idx, &freed)) return false;
+  if (p->local_t0[idx] && p->local && !ezi_lchan_slot_free(&p->local->lr, idx, &freed))
+    return false;
   for (size_t i = 0; i < p->n_chans; i++) {
     pub_chan *pc = p->chans[i];
     if (pc->mode == EZI_SEND_RING && pc->t0[idx] &&

@@ -1,93 +1,103 @@
-/* The in-process data path: a publisher and subscribers of one process share a local channel
- * without a lock between them.
+/* The in-process ring: one producer and the threads of its members' receivers share it without a
+ * lock between them. Its producer is a channel's receive mode (a publisher of this process, the
+ * puller of a shared ring, a TCP window's I/O thread), its receivers subscribers; the ring reaches
+ * them only through the callbacks they set (localchan.h), so what follows says producer and
+ * receiver.
  *
- * The publisher (pub->mu held, a lock no receiver takes on this path) fills the channel's ring
- * entry for slot msg_id % nbuf, sets its count of holders and then publishes `published` = msg_id
- * + 1. Each member chan_sub takes the ids [next, published) in order, under its own subscriber's
- * lock (which no publisher takes on this path either). A release drops the entry's holder count;
- * the last one stores the release time first. The publisher reads that count when it needs the
- * slot again (pub/pubwait.c), so a release costs no lock and no wake-up unless the publisher sleeps
- * for exactly that slot (pub_wants).
+ * The producer (holding its own lock, which no receiver takes on this path) fills the entry for
+ * message msg_id % lsn, sets its count of holders and then publishes `published` = msg_id + 1.
+ * Each member takes the ids [next, published) in order, under its own receiver's lock (which no
+ * producer takes on this path either). A release drops the entry's holder count; the last one
+ * stores the release time first. The producer reads that count when it needs the entry again
+ * (for a publisher: pub/pubwait.c), so a release costs no lock and no wake-up unless the producer
+ * sleeps for exactly that entry (pub_wants; ezi_lring_ops.freed says).
  *
  * Sleeping on either side is announced first and then checked again (store, then load, both
  * sequentially consistent, against the other side's store then load), so one of the two always
- * sees the other: the publisher wakes a receiver that set want_signal, a receiver wakes a
- * publisher whose pub_wants names the freed slot. Both wakes go through the sleeper's own lock.
- *
- * A channel of a remote ezmsg-c publisher in ring mode (ringchan.c) works the same way, with the
- * pull from the shared ring in the publisher's place. */
+ * sees the other: the producer wakes a receiver that set want_signal, a receiver wakes a producer
+ * whose pub_wants names the freed entry. Both wakes go through the sleeper's own lock. */
 #include "ring/localchan.h"
-#include "chan/channel.h"
-#include "sub/subscriber.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define SEQ __ATOMIC_SEQ_CST
 
-lslot *ezi_lchan_ring_new(uint32_t nbuf) {
+int ezi_lchan_ring_init(ezi_lring *r, uint32_t nbuf, const ezi_lring_ops *ops, void *owner,
+                        const char *pub_id) {
   lslot *ls = aligned_alloc(_Alignof(lslot), nbuf * sizeof *ls);
-  if (ls) memset(ls, 0, nbuf * sizeof *ls);
-  return ls;
+  if (!ls) return EZ_ENOMEM;
+  memset(ls, 0, nbuf * sizeof *ls);
+  r->ls = ls;
+  r->lsn = nbuf;
+  r->ops = ops;
+  r->owner = owner;
+  r->pub_id = pub_id;
+  return 0;
 }
 
-/* ---- publisher side (pub->mu held) --------------------------------------------------------- */
+void ezi_lchan_ring_free(ezi_lring *r) {
+  free(r->ls);
+  free(r->lsubs);
+  r->ls = NULL;
+  r->lsubs = NULL;
+  r->n_lsubs = 0;
+}
 
-int ezi_lchan_attach(chan *c, uint64_t next_id) {
-  pthread_mutex_lock(&c->mu);
-  __atomic_store_n(&c->published, next_id, __ATOMIC_RELAXED);
-  int rc = 0;
-  for (size_t i = 0; i < c->n_subs && !rc; i++)
-    if (!c->subs[i]->gone) rc = ezi_lchan_add(c, c->subs[i]);
-  if (rc) { /* undo: nothing was published yet */
-    while (c->n_lsubs) {
-      chan_sub *cs = c->lsubs[--c->n_lsubs];
-      ez_sub *s = cs->sub;
-      pthread_mutex_lock(&s->mu);
-      for (size_t j = 0; j < s->n_locals; j++)
-        if (s->locals[j] == cs) s->locals[j] = s->locals[--s->n_locals];
-      pthread_mutex_unlock(&s->mu);
-    }
+/* ---- producer side (its membership lock held) ------------------------------------------------ */
+
+void ezi_lchan_start(ezi_lring *r, uint64_t next_id) {
+  __atomic_store_n(&r->published, next_id, __ATOMIC_RELAXED);
+}
+
+void ezi_lchan_unjoin(ezi_lring *r, size_t from) {
+  while (r->n_lsubs > from) {
+    chan_sub *cs = r->lsubs[--r->n_lsubs];
+    ezi_lrecv *s = cs->rv;
+    pthread_mutex_lock(s->mu);
+    for (size_t j = 0; j < s->n_locals; j++)
+      if (s->locals[j] == cs) s->locals[j] = s->locals[--s->n_locals];
+    if (s->max_queue) __atomic_store_n(&r->n_leaky, r->n_leaky - 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(s->mu);
   }
-  pthread_mutex_unlock(&c->mu);
-  return rc;
 }
 
-int ezi_lchan_add(chan *c, chan_sub *cs) {
-  chan_sub **v = realloc(c->lsubs, (c->n_lsubs + 1) * sizeof *v);
+int ezi_lchan_add(ezi_lring *r, chan_sub *cs) {
+  chan_sub **v = realloc(r->lsubs, (r->n_lsubs + 1) * sizeof *v);
   if (!v) return EZ_ENOMEM;
-  c->lsubs = v;
-  ez_sub *s = cs->sub;
-  pthread_mutex_lock(&s->mu);
+  r->lsubs = v;
+  ezi_lrecv *s = cs->rv;
+  pthread_mutex_lock(s->mu);
   chan_sub **w = realloc(s->locals, (s->n_locals + 1) * sizeof *w);
   if (w) {
     s->locals = w;
     s->locals[s->n_locals++] = cs;
-    cs->next = cs->seen = __atomic_load_n(&c->published, __ATOMIC_RELAXED);
+    cs->lr = r;
+    cs->next = cs->seen = __atomic_load_n(&r->published, __ATOMIC_RELAXED);
     cs->end = UINT64_MAX;
     /* A receiver asleep already (or its fd) must hear of this channel's first message too. */
-    if (s->efd >= 0 || s->waiters) {
+    if (s->ops->waited(s)) {
       __atomic_store_n(&s->want_signal, 1, SEQ);
-      if (c->rx->arm) c->rx->arm(c);
+      if (r->ops->arm) r->ops->arm(r);
     }
   }
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(s->mu);
   if (!w) return EZ_ENOMEM;
-  c->lsubs[c->n_lsubs++] = cs;
+  r->lsubs[r->n_lsubs++] = cs;
   if (s->max_queue) {
-    __atomic_store_n(&c->n_leaky, c->n_leaky + 1, __ATOMIC_RELAXED);
-    if (c->rx->arm) c->rx->arm(c); /* ezi_lchan_trim_members */
+    __atomic_store_n(&r->n_leaky, r->n_leaky + 1, __ATOMIC_RELAXED);
+    if (r->ops->arm) r->ops->arm(r); /* ezi_lchan_trim_members */
   }
   return 0;
 }
 
-/* The lock that orders membership changes against puts (rxmode.h). I/O thread. */
-static pthread_mutex_t *memb_mu(chan *c) { return c->rx->memb_mu(c); }
+/* The lock that orders membership changes against puts (ezi_lring_ops). I/O thread. */
+static pthread_mutex_t *memb_mu(ezi_lring *r) { return r->ops->memb_mu(r); }
 
-int ezi_lchan_join(chan *c, chan_sub *cs) {
-  pthread_mutex_t *mu = memb_mu(c);
+int ezi_lchan_join(ezi_lring *r, chan_sub *cs) {
+  pthread_mutex_t *mu = memb_mu(r);
   if (mu) pthread_mutex_lock(mu);
-  int rc = ezi_lchan_add(c, cs);
+  int rc = ezi_lchan_add(r, cs);
   if (mu) pthread_mutex_unlock(mu);
   return rc;
 }
@@ -96,22 +106,22 @@ int ezi_lchan_join(chan *c, chan_sub *cs) {
  * variable is signalled after s->mu is dropped: signalled under it, the receiver woke into the
  * held lock and slept again on it, two switches more per message (the caller's lock on the
  * members keeps s alive). */
-void ezi_lchan_signal(ez_sub *s) {
+void ezi_lchan_signal(ezi_lrecv *s) {
   bool wake = false;
-  pthread_mutex_lock(&s->mu);
+  pthread_mutex_lock(s->mu);
   if (__atomic_load_n(&s->want_signal, __ATOMIC_RELAXED)) {
     __atomic_store_n(&s->want_signal, 0, __ATOMIC_RELAXED);
-    wake = ezi_sub_mark_ready(s);
+    wake = s->ops->mark_ready(s);
   }
-  pthread_mutex_unlock(&s->mu);
-  if (wake) pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(s->mu);
+  if (wake) pthread_cond_signal(s->cv);
 }
 
-bool ezi_lchan_fill(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now,
+bool ezi_lchan_fill(ezi_lring *r, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now,
                     ezi_seg *seg) {
-  size_t n = c->n_lsubs;
+  size_t n = r->n_lsubs;
   if (n) {
-    lslot *l = &c->ls[msg_id % c->lsn];
+    lslot *l = &r->ls[msg_id % r->lsn];
     l->msg_id = msg_id;
     l->data = data;
     l->len = len;
@@ -124,56 +134,64 @@ bool ezi_lchan_fill(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, u
   return n != 0;
 }
 
-bool ezi_lchan_put(chan *c, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now,
-                   ezi_seg *seg, ez_sub *self) {
-  bool any = ezi_lchan_fill(c, msg_id, data, len, now, seg);
-  size_t n = c->n_lsubs;
-  __atomic_store_n(&c->published, msg_id + 1, SEQ);
-  if (EZI_UNLIKELY(c->n_leaky) && c->rx->producer_trims) /* (holding the membership lock) */
+bool ezi_lchan_put(ezi_lring *r, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now,
+                   ezi_seg *seg, ezi_lrecv *self) {
+  bool any = ezi_lchan_fill(r, msg_id, data, len, now, seg);
+  size_t n = r->n_lsubs;
+  __atomic_store_n(&r->published, msg_id + 1, SEQ);
+  if (EZI_UNLIKELY(r->n_leaky) && r->ops->producer_trims) /* (holding the membership lock) */
     for (size_t i = 0; i < n; i++) {
-      ez_sub *s = c->lsubs[i]->sub;
+      ezi_lrecv *s = r->lsubs[i]->rv;
       if (!s->max_queue) continue;
       ezi_ldrops d = {0};
-      pthread_mutex_lock(&s->mu); /* (lock order: the publisher's, then a subscriber's) */
-      ezi_lchan_trim(c->lsubs[i], true, &d);
-      pthread_mutex_unlock(&s->mu);
+      pthread_mutex_lock(s->mu); /* (lock order: the producer's, then a receiver's) */
+      ezi_lchan_trim(r->lsubs[i], true, &d);
+      pthread_mutex_unlock(s->mu);
       ezi_lchan_trim_done(&d);
     }
   bool delegate = false;
   for (size_t i = 0; i < n; i++) {
-    ez_sub *s = c->lsubs[i]->sub;
+    ezi_lrecv *s = r->lsubs[i]->rv;
     if (!__atomic_load_n(&s->want_signal, SEQ)) continue;
     if (s == self) { /* its lock is held: signal it in place. The puller need not be its
                       * receiving thread (the I/O thread looks too, when a channel leaves). */
       __atomic_store_n(&s->want_signal, 0, __ATOMIC_RELAXED);
-      ezi_sub_signal_ready(s);
-    } else if (self) { /* a receiver pulls, holding its own subscriber's lock: not another's */
+      s->ops->signal_ready(s);
+    } else if (self) { /* a receiver pulls, holding its own lock: not another's */
       delegate = true;
     } else {
       ezi_lchan_signal(s);
     }
   }
-  if (delegate) c->rx->resignal(c);
+  if (delegate) r->ops->resignal(r);
   return any;
 }
 
-void ezi_lchan_signal_all(chan *c) {
-  for (size_t i = 0; i < c->n_lsubs; i++)
-    if (__atomic_load_n(&c->lsubs[i]->sub->want_signal, SEQ)) ezi_lchan_signal(c->lsubs[i]->sub);
+void ezi_lchan_signal_all(ezi_lring *r) {
+  for (size_t i = 0; i < r->n_lsubs; i++)
+    if (__atomic_load_n(&r->lsubs[i]->rv->want_signal, SEQ)) ezi_lchan_signal(r->lsubs[i]->rv);
 }
 
-bool ezi_lchan_slot_free(chan *c, uint32_t idx, uint64_t *freed_at) {
-  if (__atomic_load_n(&c->ls[idx].refs, SEQ)) return false;
-  *freed_at = c->ls[idx].freed_at;
+bool ezi_lchan_slot_free(const ezi_lring *r, uint32_t idx, uint64_t *freed_at) {
+  if (__atomic_load_n(&r->ls[idx].refs, SEQ)) return false;
+  *freed_at = r->ls[idx].freed_at;
   return true;
 }
 
-uint64_t ezi_lchan_msg_id(const chan *c, uint32_t idx) { return c->ls[idx].msg_id; }
+uint64_t ezi_lchan_msg_id(const ezi_lring *r, uint32_t idx) { return r->ls[idx].msg_id; }
 
-void ezi_lchan_set_wants(chan *c, uint32_t wants) { __atomic_store_n(&c->pub_wants, wants, SEQ); }
+void ezi_lchan_set_wants(ezi_lring *r, uint32_t wants) {
+  __atomic_store_n(&r->pub_wants, wants, SEQ);
+}
 
-bool ezi_lchan_wanted(chan *c, uint32_t idx) {
-  uint32_t w = __atomic_load_n(&c->pub_wants, SEQ);
+uint32_t ezi_lchan_wants(const ezi_lring *r) { return __atomic_load_n(&r->pub_wants, SEQ); }
+
+uint64_t ezi_lchan_published(const ezi_lring *r) { return __atomic_load_n(&r->published, SEQ); }
+
+void ezi_lchan_publish(ezi_lring *r, uint64_t end) { __atomic_store_n(&r->published, end, SEQ); }
+
+bool ezi_lchan_wanted(const ezi_lring *r, uint32_t idx) {
+  uint32_t w = __atomic_load_n(&r->pub_wants, SEQ);
   return w == EZI_LWANT_ANY || w == idx + 1;
 }
 
@@ -184,30 +202,30 @@ bool ezi_lchan_wanted(chan *c, uint32_t idx) {
  * would otherwise find nothing, as in Lamport's queue with cached indices. */
 static uint64_t avail_end(chan_sub *cs) {
   uint64_t p = cs->seen;
-  if (cs->next >= p) p = cs->seen = __atomic_load_n(&cs->ch->published, __ATOMIC_ACQUIRE);
+  if (cs->next >= p) p = cs->seen = __atomic_load_n(&cs->lr->published, __ATOMIC_ACQUIRE);
   return p < cs->end ? p : cs->end;
 }
 
-bool ezi_lchan_ready(ez_sub *s) {
+bool ezi_lchan_ready(ezi_lrecv *s) {
   for (size_t i = 0; i < s->n_locals; i++) {
     chan_sub *cs = s->locals[i];
     if (cs->next < avail_end(cs)) return true;
-    const ezi_rx_mode *rx = cs->ch->rx;
-    if (rx->pull && rx->pull(cs->ch, s, false) && cs->next < avail_end(cs)) return true;
+    const ezi_lring_ops *ops = cs->lr->ops;
+    if (ops->pull && ops->pull(cs->lr, s, false) && cs->next < avail_end(cs)) return true;
   }
   return false;
 }
 
-void ezi_lchan_arm(ez_sub *s) {
+void ezi_lchan_arm(ezi_lrecv *s) {
   for (size_t i = 0; i < s->n_locals; i++) {
-    chan *c = s->locals[i]->ch;
-    if (c->rx->arm) c->rx->arm(c);
+    ezi_lring *r = s->locals[i]->lr;
+    if (r->ops->arm) r->ops->arm(r);
   }
 }
 
 /* A member that left, or whose link was cut, and still has messages to take (s->mu held), or
  * NULL. */
-static chan_sub *draining(ez_sub *s) {
+static chan_sub *draining(ezi_lrecv *s) {
   for (size_t i = 0; i < s->n_locals; i++) {
     chan_sub *cs = s->locals[i];
     if ((cs->gone || cs->cut) && cs->next < avail_end(cs)) return cs;
@@ -216,17 +234,17 @@ static chan_sub *draining(ez_sub *s) {
 }
 
 void ezi_lchan_cut(chan_sub *cs) {
-  pthread_mutex_lock(&cs->sub->mu);
+  pthread_mutex_lock(cs->rv->mu);
   cs->cut = true;
-  pthread_mutex_unlock(&cs->sub->mu);
+  pthread_mutex_unlock(cs->rv->mu);
 }
 
-bool ezi_lchan_draining(ez_sub *s) { return draining(s) != NULL; }
+bool ezi_lchan_draining(ezi_lrecv *s) { return draining(s) != NULL; }
 
 /* The member whose message ez_recv takes next (s->mu held), or NULL: one that left or was cut
  * drains what it had queued first (a TCP ring's; a later channel to the same publisher brings
  * later messages), then round robin. */
-static chan_sub *next_member(ez_sub *s) {
+static chan_sub *next_member(ezi_lrecv *s) {
   chan_sub *d = draining(s);
   if (d) return d;
   /* Every 32 takes, the next ring channel in turn is pulled: a busy receiver only pulls the
@@ -236,10 +254,10 @@ static chan_sub *next_member(ez_sub *s) {
   if (EZI_UNLIKELY(!(++s->ltakes & 31)) && s->n_locals > 1)
     for (size_t k = 0; k < s->n_locals; k++) {
       size_t i = (s->lpull + k) % s->n_locals;
-      chan *c = s->locals[i]->ch;
-      if (!c->rx->pull) continue;
+      ezi_lring *r = s->locals[i]->lr;
+      if (!r->ops->pull) continue;
       s->lpull = i + 1;
-      c->rx->pull(c, s, false);
+      r->ops->pull(r, s, false);
       break;
     }
   for (size_t k = 0; k < s->n_locals; k++) {
@@ -252,90 +270,87 @@ static chan_sub *next_member(ez_sub *s) {
   return NULL;
 }
 
-bool ezi_lchan_take(ez_sub *s, ez_msg *m, ezi_ldrops *d) {
+bool ezi_lchan_take(ezi_lrecv *s, ez_msg *m, ezi_ldrops *d) {
   chan_sub *cs = next_member(s);
   if (cs) {
     if (EZI_UNLIKELY(s->max_queue)) ezi_lchan_trim(cs, false, d); /* (leaves max_queue) */
-    chan *c = cs->ch;
+    ezi_lring *r = cs->lr;
     uint64_t id = cs->next++;
-    uint32_t idx = (uint32_t)(id % c->lsn);
-    const lslot *l = &c->ls[idx];
+    uint32_t idx = (uint32_t)(id % r->lsn);
+    const lslot *l = &r->ls[idx];
     cs->t0[idx] = l->t0 ? l->t0 : 1; /* nonzero: held */
     cs->held++;
     /* ez_recv polls for the next message of a ring (subscriber.c): a TCP ring's too, measured
      * 1.03-1.07x at 64 B (pairs against not polling for it) */
     s->local_recent = true;
-    *m = (ez_msg){.data = l->data, .len = l->len, .msg_id = id, .pub_id = c->pub_id, .ref_ = cs};
+    *m = (ez_msg){.data = l->data, .len = l->len, .msg_id = id, .pub_id = r->pub_id, .ref_ = cs};
     return true;
   }
   return false;
 }
 
 /* Drops one holder of ring entry idx; the last one stores the release time first and gives the
- * entry back to its producer (rxmode.h freed). Returns true when the release must also wake the
- * producer, which needs c and locks no subscriber lock may be held over (slot_wake). *seg gets
+ * entry back to its producer (ezi_lring_ops.freed). Returns true when the release must also wake
+ * the producer, which needs r and locks no receiver's lock may be held over (slot_wake). *seg gets
  * the entry's segment reference to drop, if this was the last holder. */
-static bool slot_drop(chan *c, uint32_t idx, uint64_t now, bool more, uint64_t *msg_id,
+static bool slot_drop(ezi_lring *r, uint32_t idx, uint64_t now, bool more, uint64_t *msg_id,
                       ezi_seg **seg) {
-  lslot *l = &c->ls[idx];
+  lslot *l = &r->ls[idx];
   *msg_id = l->msg_id; /* read while still held: the entry is rewritten once free */
   *seg = NULL;
   ezi_seg *sg = l->seg;
-  uint32_t r = __atomic_load_n(&l->refs, __ATOMIC_RELAXED);
+  uint32_t n = __atomic_load_n(&l->refs, __ATOMIC_RELAXED);
   do {
-    if (r == 1) l->freed_at = now; /* only the last holder gets here: nobody else writes it */
-  } while (!__atomic_compare_exchange_n(&l->refs, &r, r - 1, true, SEQ, __ATOMIC_RELAXED));
-  if (r != 1) return false;
+    if (n == 1) l->freed_at = now; /* only the last holder gets here: nobody else writes it */
+  } while (!__atomic_compare_exchange_n(&l->refs, &n, n - 1, true, SEQ, __ATOMIC_RELAXED));
+  if (n != 1) return false;
   *seg = sg;
-  return c->rx->freed(c, idx, *msg_id, now, more);
+  return r->ops->freed(r, idx, *msg_id, now, more);
 }
 
-static void slot_wake(chan *c, uint64_t msg_id) { c->rx->wake(c, msg_id); }
+static void slot_wake(ezi_lring *r, uint64_t msg_id) { r->ops->wake(r, msg_id); }
 
-/* Drops one holder of entry idx and wakes the publisher if it waits for it (no lock held). */
-static void slot_unref(chan *c, uint32_t idx, uint64_t now) {
+/* Drops one holder of entry idx and wakes the producer if it waits for it (no lock held). */
+static void slot_unref(ezi_lring *r, uint32_t idx, uint64_t now) {
   uint64_t msg_id;
   ezi_seg *seg;
-  bool wake = slot_drop(c, idx, now, false, &msg_id, &seg);
+  bool wake = slot_drop(r, idx, now, false, &msg_id, &seg);
   ezi_seg_unref(seg);
-  if (wake) slot_wake(c, msg_id);
+  if (wake) slot_wake(r, msg_id);
 }
 
-/* Takes cs out of its subscriber's local channels (s->mu held). */
-static void unlist(ez_sub *s, chan_sub *cs) {
+/* Takes cs out of its receiver's rings (s->mu held). */
+static void unlist(ezi_lrecv *s, chan_sub *cs) {
   for (size_t i = 0; i < s->n_locals; i++)
     if (s->locals[i] == cs) s->locals[i] = s->locals[--s->n_locals];
 }
 
 /* Whether cs, which left, is done with (s->mu held): it holds nothing, and has nothing left to
  * take (a TCP ring's member drains what it had queued); then it is unlisted too. */
-static bool done_with(ez_sub *s, chan_sub *cs) {
+static bool done_with(ezi_lrecv *s, chan_sub *cs) {
   if (!cs->gone || cs->leaving || cs->held || cs->next < cs->end) return false;
   unlist(s, cs);
   return true;
 }
 
-/* Frees cs and its channel reference once it left and holds nothing (s->mu not held). */
+/* Frees cs (its owner's cs->done) once it left and holds nothing (s->mu not held). */
 static void maybe_free(chan_sub *cs, bool free_it) {
-  if (!free_it) return;
-  chan *c = cs->ch;
-  ezi_chan_sub_free(cs);
-  ezi_chan_unref(c);
+  if (free_it) cs->done(cs);
 }
 
 /* ---- leaky members (ez_sub_opts.leaky) ----------------------------------------------------- */
 
 void ezi_lchan_trim(chan_sub *cs, bool publisher, ezi_ldrops *d) {
-  ez_sub *s = cs->sub;
+  ezi_lrecv *s = cs->rv;
   if (!s->max_queue || cs->gone || cs->cut) return;
   cs->seen = 0; /* (avail_end's cache is a lower bound: the count must be what is published) */
   uint64_t end = avail_end(cs), now = 0;
   while (end - cs->next > s->max_queue && d->n < EZI_LDROPS_MAX) {
-    chan *c = cs->ch;
+    ezi_lring *r = cs->lr;
     uint64_t id = cs->next++, msg_id;
     if (!now) now = ezi_tel_now();
     ezi_seg *seg;
-    bool wake = slot_drop(c, (uint32_t)(id % c->lsn), now, cs->next < end, &msg_id, &seg);
+    bool wake = slot_drop(r, (uint32_t)(id % r->lsn), now, cs->next < end, &msg_id, &seg);
     /* A producer that trims as it puts holds its own lock: nobody to wake. A wake-up to come
      * keeps cs (and its channel) alive until it is done, as a release's does. */
     wake = wake && !publisher;
@@ -350,12 +365,12 @@ void ezi_lchan_trim_done(ezi_ldrops *d) {
     ezi_ldrop *x = &d->v[i];
     ezi_seg_unref(x->seg);
     if (!x->wake) continue;
-    slot_wake(x->cs->ch, x->msg_id);
-    ez_sub *s = x->cs->sub;
-    pthread_mutex_lock(&s->mu);
+    slot_wake(x->cs->lr, x->msg_id);
+    ezi_lrecv *s = x->cs->rv;
+    pthread_mutex_lock(s->mu);
     x->cs->held--;
     bool free_it = done_with(s, x->cs);
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(s->mu);
     maybe_free(x->cs, free_it);
   }
   d->n = 0;
@@ -365,33 +380,33 @@ void ezi_lchan_trim_done(ezi_ldrops *d) {
  * just published for them (a TCP ring's read, a shared ring's pull; no lock held). A shared
  * ring's publisher is asked to notify every message while there are any (rx_sleep), so that this
  * thread pulls, and so trims, at once: a leaky subscriber busy elsewhere never pulls itself. */
-void ezi_lchan_trim_members(chan *c) {
-  if (!__atomic_load_n(&c->n_leaky, __ATOMIC_RELAXED)) return;
+void ezi_lchan_trim_members(ezi_lring *r) {
+  if (!__atomic_load_n(&r->n_leaky, __ATOMIC_RELAXED)) return;
   chan_sub *v[64];
   size_t n = 0;
-  pthread_mutex_t *mu = memb_mu(c);
+  pthread_mutex_t *mu = memb_mu(r);
   if (mu) pthread_mutex_lock(mu);
-  for (size_t i = 0; i < c->n_lsubs && n < 64; i++)
-    if (c->lsubs[i]->sub->max_queue) v[n++] = c->lsubs[i];
-  if (n && c->rx->arm) c->rx->arm(c);
+  for (size_t i = 0; i < r->n_lsubs && n < 64; i++)
+    if (r->lsubs[i]->rv->max_queue) v[n++] = r->lsubs[i];
+  if (n && r->ops->arm) r->ops->arm(r);
   if (mu) pthread_mutex_unlock(mu);
   for (size_t i = 0; i < n; i++) { /* (members join and leave on this thread only) */
     ezi_ldrops d = {0};
-    pthread_mutex_lock(&v[i]->sub->mu);
+    pthread_mutex_lock(v[i]->rv->mu);
     ezi_lchan_trim(v[i], false, &d);
-    pthread_mutex_unlock(&v[i]->sub->mu);
+    pthread_mutex_unlock(v[i]->rv->mu);
     ezi_lchan_trim_done(&d);
   }
 }
 
 void ezi_lchan_release(chan_sub *cs, uint64_t msg_id) {
-  chan *c = cs->ch;
-  ez_sub *s = cs->sub;
-  uint32_t idx = (uint32_t)(msg_id % c->lsn);
-  pthread_mutex_lock(&s->mu);
+  ezi_lring *r = cs->lr;
+  ezi_lrecv *s = cs->rv;
+  uint32_t idx = (uint32_t)(msg_id % r->lsn);
+  pthread_mutex_lock(s->mu);
   uint64_t t0 = cs->t0[idx];
   if (!t0) { /* not held: a second release of the same view */
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(s->mu);
     return;
   }
   /* A message its publisher did not stamp is not timed here either (telclock.h). */
@@ -403,89 +418,83 @@ void ezi_lchan_release(chan_sub *cs, uint64_t msg_id) {
    * after the unlock keeps the count until it is done. */
   uint64_t id;
   ezi_seg *seg;
-  bool wake = slot_drop(c, idx, now, cs->next < avail_end(cs), &id, &seg);
+  bool wake = slot_drop(r, idx, now, cs->next < avail_end(cs), &id, &seg);
   if (!wake) cs->held--;
   bool free_it = !wake && done_with(s, cs);
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(s->mu);
   ezi_seg_unref(seg);
   if (wake) {
-    slot_wake(c, id);
-    pthread_mutex_lock(&s->mu);
+    slot_wake(r, id);
+    pthread_mutex_lock(s->mu);
     cs->held--;
     free_it = done_with(s, cs);
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(s->mu);
   }
   maybe_free(cs, free_it);
 }
 
 void ezi_lchan_leave(chan_sub *cs, bool release_viewed) {
-  chan *c = cs->ch;
-  ez_sub *s = cs->sub;
+  ezi_lring *r = cs->lr;
+  ezi_lrecv *s = cs->rv;
   /* A TCP ring's messages live in the channel's buffers, valid until released: what a member
    * had queued is still delivered after it left (as on a channel with slots), unless its
    * subscriber is being destroyed. A local or shared-memory ring's are the publisher's. */
-  bool drain = c->rx->drains && !release_viewed;
-  pthread_mutex_t *mu = memb_mu(c);
+  bool drain = r->ops->drains && !release_viewed;
+  pthread_mutex_t *mu = memb_mu(r);
   if (mu) pthread_mutex_lock(mu);
-  for (size_t i = 0; i < c->n_lsubs; i++)
-    if (c->lsubs[i] == cs) {
-      c->lsubs[i] = c->lsubs[--c->n_lsubs];
-      if (s->max_queue) __atomic_store_n(&c->n_leaky, c->n_leaky - 1, __ATOMIC_RELAXED);
+  for (size_t i = 0; i < r->n_lsubs; i++)
+    if (r->lsubs[i] == cs) {
+      r->lsubs[i] = r->lsubs[--r->n_lsubs];
+      if (s->max_queue) __atomic_store_n(&r->n_leaky, r->n_leaky - 1, __ATOMIC_RELAXED);
       break;
     }
-  uint64_t end = __atomic_load_n(&c->published, __ATOMIC_RELAXED);
+  uint64_t end = __atomic_load_n(&r->published, __ATOMIC_RELAXED);
   if (mu) pthread_mutex_unlock(mu);
-  pthread_mutex_lock(&s->mu);
+  pthread_mutex_lock(s->mu);
   if (!drain) unlist(s, cs);
   uint64_t from = cs->next, stop = cs->end < end ? cs->end : end; /* end 0: never a member */
   cs->end = stop;
   if (!drain) cs->next = stop;
   cs->gone = cs->leaving = true;
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(s->mu);
   uint64_t now = ezi_tel_now();
   for (uint64_t id = from; !drain && id < stop; id++) /* what it had not taken yet */
-    slot_unref(c, (uint32_t)(id % c->lsn), now);
+    slot_unref(r, (uint32_t)(id % r->lsn), now);
   if (release_viewed) /* the subscriber is being destroyed: its views end now */
-    for (uint32_t i = 0; i < c->lsn; i++) {
-      pthread_mutex_lock(&s->mu);
+    for (uint32_t i = 0; i < r->lsn; i++) {
+      pthread_mutex_lock(s->mu);
       bool held = cs->t0[i] != 0;
-      pthread_mutex_unlock(&s->mu);
+      pthread_mutex_unlock(s->mu);
       if (held) ezi_lchan_release(cs, i); /* any id with this slot index names it */
     }
-  pthread_mutex_lock(&s->mu);
+  pthread_mutex_lock(s->mu);
   cs->leaving = false;
   bool free_it = done_with(s, cs);
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(s->mu);
   maybe_free(cs, free_it);
 }
 
-void ezi_lchan_purge(ez_sub *s) {
+void ezi_lchan_purge(ezi_lrecv *s) {
   for (;;) {
     chan_sub *cs = NULL;
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(s->mu);
     for (size_t i = 0; i < s->n_locals && !cs; i++)
       if (s->locals[i]->gone && !s->locals[i]->leaving) cs = s->locals[i];
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(s->mu);
     if (!cs) return;
     ezi_lchan_leave(cs, true);
   }
 }
 
 bool ezi_lchan_idle(chan_sub *cs) {
-  pthread_mutex_lock(&cs->sub->mu);
+  pthread_mutex_lock(cs->rv->mu);
   bool idle = cs->held == 0 && cs->next >= avail_end(cs);
-  pthread_mutex_unlock(&cs->sub->mu);
+  pthread_mutex_unlock(cs->rv->mu);
   return idle;
 }
 
-json_t *ezi_lchan_sub_json(chan_sub *cs, uint64_t now, double window_s, uint64_t *in_flight) {
-  ez_sub *s = cs->sub;
-  pthread_mutex_lock(&s->mu);
-  cs->seen = 0; /* the count below is what is published now, not what cs saw last */
+uint64_t ezi_lchan_in_flight(chan_sub *cs) {
+  cs->seen = 0; /* the count is what is published now, not what cs saw last */
   uint64_t e = avail_end(cs);
-  *in_flight = cs->held + (cs->next < e ? e - cs->next : 0);
-  ezi_window_fold(cs->proc);
-  json_t *j = cs->ops->profile(s, cs->proc, *in_flight, now, window_s);
-  pthread_mutex_unlock(&s->mu);
-  return j;
+  return cs->held + (cs->next < e ? e - cs->next : 0);
 }

@@ -8,14 +8,15 @@
  *   TCP window     rx/tcpring.c     an ezmsg-c publisher's TX_TCP messages in a window
  *
  * The ring modes (all but notices) deliver through the channel's ring (ring/localchan.c), which
- * gives its entries back to their producer through `freed` and `wake` and knows no producer by
- * name. A channel starts in notices mode (chan_create) and changes mode once, before any member
- * can take a message: a local publisher attaches (ezi_pub_set_local), or a remote one grants a
- * ring or a window (X_RING, X_WIN). */
+ * gives its entries back to their producer through the producer's callbacks (`producer`) and
+ * knows no producer by name. A channel starts in notices mode (chan_create) and changes mode once,
+ * before any member can take a message: a local publisher attaches (ezi_pub_set_local), or a remote
+ * one grants a ring or a window (X_RING, X_WIN). */
 #ifndef EZI_RXMODE_H
 #define EZI_RXMODE_H
 
 #include "core/context.h"
+#include "ring/localchan.h"
 #include "proto/txframe.h"
 
 #include <jansson.h>
@@ -25,7 +26,7 @@
 
 typedef struct ezi_rx_mode {
   const char *name; /* for logs */
-  /* Messages go through the channel's ring (c->ls) rather than its slots. */
+  /* Messages go through the channel's ring (c->lr) rather than its slots. */
   bool ring;
   /* Its TX_SHM frames name messages in the publisher's segment: the link maps a segment a frame
    * names before the mode sees the frame. */
@@ -63,32 +64,9 @@ typedef struct ezi_rx_mode {
   /* cs's profile (a new reference) and *in_flight; c->mu held. */
   json_t *(*member_json)(chan_sub *cs, uint64_t now, double window_s, uint64_t *in_flight);
 
-  /* ---- the ring's producer (ring modes only) */
-  /* The last holder of ring entry idx (message msg_id) let it go at `now`; `more`: its receiver
-   * has more to take at once. Whether the producer must hear of it through `wake`, which the
-   * ring calls once no subscriber lock is held. Any receiver's thread, its subscriber's lock
-   * held. */
-  bool (*freed)(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now, bool more);
-  void (*wake)(chan *c, uint64_t msg_id);
-  /* The lock that orders membership changes against puts, or NULL when nobody puts any more.
-   * I/O thread. */
-  pthread_mutex_t *(*memb_mu)(chan *c);
-  /* Optional: a receiver is about to sleep, or a leaky member joined: the producer must tell of
-   * its next message (the receiver's lock or the membership lock held). */
-  void (*arm)(chan *c);
-  /* Optional: brings what the producer put since the last pull into the ring (self: the
-   * subscriber whose receiver pulls, its lock held, or NULL; block: wait for another puller).
-   * True if it brought anything. */
-  bool (*pull)(chan *c, ez_sub *self, bool block);
-  /* Optional (modes with pull): a receiver that pulled could not signal the other members that
-   * wait (it holds its own subscriber's lock, not theirs): asks someone who can. Any thread. */
-  void (*resignal)(chan *c);
-  /* The producer puts holding the membership lock and trims leaky members itself as it puts; the
-   * others' I/O thread trims after each batch (ezi_lchan_trim_members). */
-  bool producer_trims;
-  /* Messages live in the channel's own buffers until released: a member that leaves still takes
-   * what it had queued (a local or shared ring's messages are the publisher's). */
-  bool drains;
+  /* ---- the ring modes: the producer of the channel's ring (c->lr), which the ring calls
+   * (ring/localchan.h); NULL for notices. */
+  const ezi_lring_ops *producer;
 } ezi_rx_mode;
 
 #endif

@@ -11,6 +11,8 @@
 
 #define SEQ __ATOMIC_SEQ_CST
 
+static const ezi_lring_ops ring_producer;
+
 /* I/O thread: signals the waiting members of every ring channel (a receiver that pulled could
  * not). Channels are created and destroyed on this thread only, so the list is stable here. */
 static void resignal_task(void *arg) {
@@ -20,13 +22,13 @@ static void resignal_task(void *arg) {
     chan *c = ctx->chans[i];
     if (c->rx != &ezi_rx_shm_ring) continue;
     pthread_mutex_lock(&c->pull_mu);
-    ezi_lchan_signal_all(c);
+    ezi_lchan_signal_all(&c->lr);
     pthread_mutex_unlock(&c->pull_mu);
   }
 }
 
-static void ring_resignal(chan *c) {
-  ez_context *ctx = c->ctx;
+static void ring_resignal(ezi_lring *r) {
+  ez_context *ctx = ((chan *)r->owner)->ctx;
   if (__atomic_exchange_n(&ctx->resignal_posted, 1, SEQ)) return; /* one is on its way */
   if (ezi_loop_post(ctx->loop, resignal_task, ctx)) {
     __atomic_store_n(&ctx->resignal_posted, 0, SEQ);
@@ -49,22 +51,25 @@ static bool ring_drop(chan *c, uint32_t idx, uint64_t now) {
   return w == EZI_LWANT_ANY || w == idx + 1;
 }
 
-static void ring_wake(chan *c, uint64_t msg_id) {
+static void ring_ack(chan *c, uint64_t msg_id) {
   uint8_t b[9] = {EZI_RX_ACK};
   ezi_put_u64le(b + 1, msg_id);
   ezi_outbox_put_now(c->ctx, &c->acks, b, sizeof b);
 }
 
 static void ring_free_entry(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now) {
-  if (ring_drop(c, idx, now)) ring_wake(c, msg_id);
+  if (ring_drop(c, idx, now)) ring_ack(c, msg_id);
 }
 
-/* rxmode.h freed: the entry goes back to the publisher through the shared ring. */
-static bool ring_freed(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now, bool more) {
+/* The producer's freed (ezi_lring_ops): the entry goes back to the publisher through the shared
+ * ring. */
+static bool ring_freed(ezi_lring *r, uint32_t idx, uint64_t msg_id, uint64_t now, bool more) {
   (void)msg_id;
   (void)more;
-  return ring_drop(c, idx, now);
+  return ring_drop(r->owner, idx, now);
 }
+
+static void ring_wake(ezi_lring *r, uint64_t msg_id) { ring_ack(r->owner, msg_id); }
 
 static ezi_seg *gseg_find(chan *c, uint32_t gen) {
   for (size_t i = 0; i < sizeof c->gseg / sizeof c->gseg[0]; i++)
@@ -94,10 +99,10 @@ static void ring_broken(chan *c, const char *why) {
 
 /* One pass (pull_mu held): true if it brought anything; *stuck if a message waits for its
  * segment to be attached. */
-static bool pull_locked(chan *c, ez_sub *self, bool *stuck) {
+static bool pull_locked(chan *c, ezi_lrecv *self, bool *stuck) {
   bool any = false;
   uint64_t p = __atomic_load_n(&c->ring.h->published, __ATOMIC_ACQUIRE);
-  uint64_t id = __atomic_load_n(&c->published, __ATOMIC_RELAXED), now = 0;
+  uint64_t id = ezi_lchan_published(&c->lr), now = 0;
   if (ezi_guard_tripped(&c->ring.tripped))
     ring_broken(c, "was truncated under this process");
   else if (p < id || p - id > c->nbuf)
@@ -114,7 +119,8 @@ static bool pull_locked(chan *c, ez_sub *self, bool *stuck) {
       *stuck = true;
       break;
     }
-    if (__atomic_load_n(&c->ls[idx].refs, __ATOMIC_ACQUIRE)) { /* pairs with slot_unref */
+    uint64_t freed_at;
+    if (!ezi_lchan_slot_free(&c->lr, idx, &freed_at)) { /* pairs with slot_drop */
       ring_broken(c, "reused a slot this process still holds");
       break;
     }
@@ -126,7 +132,7 @@ static bool pull_locked(chan *c, ez_sub *self, bool *stuck) {
                          : "holds a message that is not the one announced");
       break;
     }
-    if (!ezi_lchan_put(c, id, um.payload, um.payload_len, t0, seg, self)) {
+    if (!ezi_lchan_put(&c->lr, id, um.payload, um.payload_len, t0, seg, self)) {
       if (!now) now = ezi_tel_now();
       ring_free_entry(c, idx, id, now); /* nobody to take it */
     }
@@ -135,7 +141,8 @@ static bool pull_locked(chan *c, ez_sub *self, bool *stuck) {
   return any;
 }
 
-static bool ring_pull(chan *c, ez_sub *self, bool block) {
+static bool ring_pull(ezi_lring *r, ezi_lrecv *self, bool block) {
+  chan *c = r->owner;
   bool any = false;
   for (;;) {
     if (block)
@@ -149,7 +156,7 @@ static bool ring_pull(chan *c, ez_sub *self, bool block) {
      * for what was put meanwhile (the publisher did not wake anyone for it). */
     __atomic_thread_fence(SEQ);
     if (stuck || ring_bad(c) ||
-        __atomic_load_n(&c->ring.h->published, SEQ) == __atomic_load_n(&c->published, SEQ))
+        __atomic_load_n(&c->ring.h->published, SEQ) == ezi_lchan_published(&c->lr))
       return any;
   }
 }
@@ -168,7 +175,7 @@ int ezi_ringchan_start(chan *c, const char *name, size_t n, uint64_t start_id) {
   if (c->rx->ring || c->ring_on || c->local_pub || !c->seg) return EZ_EPROTO;
   int rc = ezi_ring_attach(name, n, c->nbuf, &c->ring);
   if (rc) return rc;
-  if (!(c->ls = ezi_lchan_ring_new(c->lsn = c->nbuf))) {
+  if (ezi_lchan_ring_init(&c->lr, c->nbuf, &ring_producer, c, c->pub_id)) {
     ezi_ring_detach(&c->ring);
     return EZ_ENOMEM;
   }
@@ -176,10 +183,10 @@ int ezi_ringchan_start(chan *c, const char *name, size_t n, uint64_t start_id) {
   c->ring_on = true; /* segments are mapped to generations as TX_SHM frames name them */
   c->mode = "shm";
   c->rx = &ezi_rx_shm_ring; /* (c->mu not needed: no member takes yet, nor leaves meanwhile) */
-  rc = ezi_lchan_attach(c, start_id); /* nothing is held: the publisher waited for that */
+  rc = ezi_chan_ring_attach(c, start_id); /* nothing is held: the publisher waited for that */
   pthread_mutex_unlock(&c->pull_mu);
   if (rc) return rc;
-  ring_pull(c, NULL, true); /* what came already */
+  ring_pull(&c->lr, NULL, true); /* what came already */
   return 0;
 }
 
@@ -195,23 +202,34 @@ static long ring_frame(chan *c, const ezi_tx_frame *f, uint64_t now) {
   (void)now;
   if (f->cmd != EZI_TX_SHM || ring_bad(c)) return EZ_EPROTO;
   ring_seg(c, f->msg_id); /* (the link mapped the segment it names: c->seg) */
-  bool got = ring_pull(c, NULL, true);
+  bool got = ring_pull(&c->lr, NULL, true);
   /* The publisher may have consumed a newer sleep request with this frame (it stored
    * `published`, the receiver took that message itself and armed rx_sleep again, then the
    * publisher cleared it): a pull that finds nothing new would wake nobody, and the receiver
    * would sleep through every message after it. Then wake whoever still waits: it looks again
    * and re-arms, so a lost request costs one spurious wake-up instead of a stall. (A pull that
    * found messages woke every member waiting for them.) */
-  if (!got) ezi_lchan_signal_all(c);
-  ezi_lchan_trim_members(c); /* leaky subscribers' oldest go at once */
+  if (!got) ezi_lchan_signal_all(&c->lr);
+  ezi_lchan_trim_members(&c->lr); /* leaky subscribers' oldest go at once */
   return ring_bad(c) ? EZ_EPROTO : (long)f->used;
 }
 
-static pthread_mutex_t *ring_memb_mu(chan *c) { return &c->pull_mu; }
+static pthread_mutex_t *ring_memb_mu(ezi_lring *r) { return &((chan *)r->owner)->pull_mu; }
 
 /* A receiver goes to sleep, or a leaky member joined: the publisher is asked to send a TX_SHM for
  * its next message. */
-static void ring_arm(chan *c) { __atomic_store_n(&c->ring.h->rx_sleep, 1, SEQ); }
+static void ring_arm(ezi_lring *r) {
+  __atomic_store_n(&((chan *)r->owner)->ring.h->rx_sleep, 1, SEQ);
+}
+
+static const ezi_lring_ops ring_producer = {
+    .freed = ring_freed,
+    .wake = ring_wake,
+    .memb_mu = ring_memb_mu,
+    .arm = ring_arm,
+    .pull = ring_pull,
+    .resignal = ring_resignal,
+};
 
 const ezi_rx_mode ezi_rx_shm_ring = {
     .name = "shm ring",
@@ -220,16 +238,11 @@ const ezi_rx_mode ezi_rx_shm_ring = {
     .frame = ring_frame,
     .read_done = ezi_chan_wake_subs,
     .free = ring_free,
-    .join = ezi_lchan_join,
+    .join = ezi_chan_ring_join,
     .leave = ezi_lchan_leave,
     .release = ezi_lchan_release,
     .cut = ezi_lchan_cut,
     .idle = ezi_lchan_idle,
-    .member_json = ezi_lchan_sub_json,
-    .freed = ring_freed,
-    .wake = ring_wake,
-    .memb_mu = ring_memb_mu,
-    .arm = ring_arm,
-    .pull = ring_pull,
-    .resignal = ring_resignal,
+    .member_json = ezi_chan_ring_member_json,
+    .producer = &ring_producer,
 };

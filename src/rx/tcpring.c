@@ -32,14 +32,16 @@
 
 static void tcpring_acks(ez_context *ctx);
 static void tcpring_idle(void *arg, bool sleep);
+static const ezi_lring_ops tcp_producer;
 
 int ezi_tcpring_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes) {
   if (c->rx->ring || msgs < c->nbuf || msgs > EZI_WIN_MAX_MSGS || bytes > EZI_WIN_MAX_BYTES)
     return EZ_EPROTO;
-  lslot *ls = ezi_lchan_ring_new((uint32_t)msgs);
+  /* (the channel's ring is unused in notices mode: nobody looks at it before the mode changes) */
+  int rc = ezi_lchan_ring_init(&c->lr, (uint32_t)msgs, &tcp_producer, c, c->pub_id);
   uint64_t *wlen = calloc((size_t)msgs, sizeof *wlen);
   uint64_t **t0s = calloc(c->n_subs + 1, sizeof *t0s);
-  int rc = ls && wlen && t0s ? 0 : EZ_ENOMEM;
+  if (!rc && !(wlen && t0s)) rc = EZ_ENOMEM;
   for (size_t i = 0; !rc && i < c->n_subs; i++)
     if (!(t0s[i] = calloc((size_t)msgs, sizeof **t0s))) rc = EZ_ENOMEM;
   pthread_mutex_lock(&c->mu);
@@ -54,10 +56,7 @@ int ezi_tcpring_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes)
     free(c->slots);
     c->slots = NULL;
     c->nslot = 0;
-    c->ls = ls;
-    c->lsn = (uint32_t)msgs;
     c->wlen = wlen;
-    ls = NULL;
     wlen = NULL;
     c->win_bytes = bytes;
     c->wack = c->wnext = c->wscan = start_id;
@@ -72,14 +71,14 @@ int ezi_tcpring_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes)
   }
   if (!rc) { /* nobody puts yet, but joins and leaves order themselves by pull_mu */
     pthread_mutex_lock(&c->pull_mu);
-    rc = ezi_lchan_attach(c, start_id);
+    rc = ezi_chan_ring_attach(c, start_id);
     pthread_mutex_unlock(&c->pull_mu);
   }
   for (size_t i = 0; t0s && i < c->n_subs; i++)
     free(t0s[i]);
   free(t0s);
   free(wlen);
-  free(ls);
+  if (c->rx != &ezi_rx_tcp_window) ezi_lchan_ring_free(&c->lr); /* it did not start */
   if (!rc)
     EZI_DEBUG("channel %s: up to %llu messages from publisher %s in flight from %llu on", c->id,
               (unsigned long long)msgs, c->pub_id, (unsigned long long)start_id);
@@ -191,10 +190,10 @@ static void chunk_retire(chan *c) {
  * once its messages are acknowledged (with 1 MiB messages, waiting for the acks made 6% of the
  * reads allocate a new chunk). */
 static void collect(chan *c) {
-  uint64_t end = __atomic_load_n(&c->published, __ATOMIC_RELAXED);
+  uint64_t end = ezi_lchan_published(&c->lr), freed_at;
   while (c->wscan < end) {
-    uint32_t idx = (uint32_t)(c->wscan % c->lsn);
-    if (__atomic_load_n(&c->ls[idx].refs, __ATOMIC_ACQUIRE)) break; /* pairs with slot_drop */
+    uint32_t idx = (uint32_t)(c->wscan % c->lr.lsn);
+    if (!ezi_lchan_slot_free(&c->lr, idx, &freed_at)) break; /* pairs with slot_drop */
     c->wfree_bytes += c->wlen[idx];
     c->wscan++;
   }
@@ -291,7 +290,7 @@ static long tcpring_frame(chan *c, const ezi_tx_frame *f, uint64_t now) {
   bool x = f->cmd == EZI_X_TCP;
   uint64_t id = x ? c->wnext : f->msg_id, size = x ? f->size + EZI_MARSHAL_BYTES_HDR : f->size;
   if ((!x && f->cmd != EZI_TX_TCP) || id != c->wnext) return EZ_EPROTO; /* not the next message */
-  if (id - c->wack >= c->lsn) return EZ_EPROTO; /* its entry is not acknowledged yet */
+  if (id - c->wack >= c->lr.lsn) return EZ_EPROTO; /* its entry is not acknowledged yet */
   if (id - c->wack >= c->nbuf && c->live_bytes + size > c->win_bytes) return EZ_EPROTO;
   ezi_unmarshalled um; /* in the chunk, where it stays */
   if (x) {
@@ -301,11 +300,11 @@ static long tcpring_frame(chan *c, const ezi_tx_frame *f, uint64_t now) {
              um.raw_pickle) { /* an ezmsg-c publisher sends bytes */
     return EZ_EPROTO;
   }
-  c->wlen[id % c->lsn] = size;
+  c->wlen[id % c->lr.lsn] = size;
   c->live_bytes += size;
   uint64_t t0 = ezi_stamp_pick(&c->stamps, now); /* at high rates, only some are timed */
   /* Members join and leave on this thread: they stay the same until the read is published. */
-  ezi_lchan_fill(c, id, um.payload, um.payload_len, t0, NULL); /* nobody: acked at the scan */
+  ezi_lchan_fill(&c->lr, id, um.payload, um.payload_len, t0, NULL); /* nobody: acked at the scan */
   c->wnext = id + 1;
   return (long)f->used;
 }
@@ -329,28 +328,29 @@ static void scan(chan *c, uint64_t min_n, uint64_t min_bytes) {
  * 512 KiB). */
 static void tcpring_read_done(chan *c) {
   c->wread = true;
-  if (c->wnext == __atomic_load_n(&c->published, __ATOMIC_RELAXED))
+  if (c->wnext == ezi_lchan_published(&c->lr))
     return; /* a part of a message: nothing to tell, and nothing freed meanwhile counts yet */
   pthread_mutex_lock(&c->pull_mu);
-  __atomic_store_n(&c->published, c->wnext, SEQ); /* the read's messages, at once */
-  ezi_lchan_signal_all(c);
+  ezi_lchan_publish(&c->lr, c->wnext); /* the read's messages, at once */
+  ezi_lchan_signal_all(&c->lr);
   pthread_mutex_unlock(&c->pull_mu);
-  ezi_lchan_trim_members(c); /* leaky subscribers' oldest go at once */
+  ezi_lchan_trim_members(&c->lr); /* leaky subscribers' oldest go at once */
   /* While the stream goes on, acks go in batches of a quarter of the window's messages, or of
    * 512 KiB (a 16th of its byte budget: large messages are acked one by one, which was faster
    * at 1 MiB than by the quarter): the publisher's window stays open, and an ack costs the
    * sending TCP stack (and the publisher's I/O thread) a system call each. The rest go when the
    * stream pauses (tcpring_idle). */
-  scan(c, c->lsn / 4, c->win_bytes / 16);
+  scan(c, c->lr.lsn / 4, c->win_bytes / 16);
 }
 
-/* rxmode.h freed: the release of message msg_id was its last (its entry is free). Whether to ask
- * the I/O thread to acknowledge: only if it sleeps (an awake one acknowledges in its idle hook),
- * when the receiver caught up or every 64 messages (a receiver that keeps taking releases again
- * soon), unless asked already. */
-static bool tcpring_freed(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now, bool more) {
+/* The producer's freed (ezi_lring_ops): the release of message msg_id was its last (its entry is
+ * free). Whether to ask the I/O thread to acknowledge: only if it sleeps (an awake one acknowledges
+ * in its idle hook), when the receiver caught up or every 64 messages (a receiver that keeps taking
+ * releases again soon), unless asked already. */
+static bool tcpring_freed(ezi_lring *r, uint32_t idx, uint64_t msg_id, uint64_t now, bool more) {
   (void)idx;
   (void)now;
+  chan *c = r->owner;
   if (more && (msg_id & 63) != 63) return false;        /* it releases again soon */
   if (__atomic_load_n(&c->ack_want, SEQ)) return false; /* asked already */
   /* An I/O thread that is awake scans before it sleeps: only a sleeping one is woken. (SEQ:
@@ -358,10 +358,11 @@ static bool tcpring_freed(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now, 
   return ezi_loop_sleeping(c->ctx->loop);
 }
 
-/* rxmode.h wake: asks the I/O thread to acknowledge (it may write to the wake-up eventfd: no lock
- * held, and c alive). */
-static void tcpring_wake(chan *c, uint64_t msg_id) {
+/* The producer's wake (ezi_lring_ops): asks the I/O thread to acknowledge (it may write to the
+ * wake-up eventfd: no lock held, and c alive). */
+static void tcpring_wake(ezi_lring *r, uint64_t msg_id) {
   (void)msg_id;
+  chan *c = r->owner;
   ez_context *ctx = c->ctx;
   __atomic_store_n(&c->ack_want, 1, SEQ);
   if (!__atomic_exchange_n(&ctx->acks_posted, 1, SEQ)) ezi_loop_wake(ctx->loop);
@@ -410,7 +411,14 @@ static void tcpring_free(chan *c) {
   c->wlen = NULL;
 }
 
-static pthread_mutex_t *tcpring_memb_mu(chan *c) { return &c->pull_mu; }
+static pthread_mutex_t *tcpring_memb_mu(ezi_lring *r) { return &((chan *)r->owner)->pull_mu; }
+
+static const ezi_lring_ops tcp_producer = {
+    .freed = tcpring_freed,
+    .wake = tcpring_wake,
+    .memb_mu = tcpring_memb_mu,
+    .drains = true,
+};
 
 const ezi_rx_mode ezi_rx_tcp_window = {
     .name = "tcp window",
@@ -421,14 +429,11 @@ const ezi_rx_mode ezi_rx_tcp_window = {
     .begin_reads = tcpring_begin_reads,
     .link_closed = tcpring_link_closed,
     .free = tcpring_free,
-    .join = ezi_lchan_join,
+    .join = ezi_chan_ring_join,
     .leave = ezi_lchan_leave,
     .release = ezi_lchan_release,
     .cut = ezi_lchan_cut,
     .idle = ezi_lchan_idle,
-    .member_json = ezi_lchan_sub_json,
-    .freed = tcpring_freed,
-    .wake = tcpring_wake,
-    .memb_mu = tcpring_memb_mu,
-    .drains = true,
+    .member_json = ezi_chan_ring_member_json,
+    .producer = &tcp_producer,
 };

@@ -115,7 +115,7 @@ static const ezi_member_ops member_ops = {
 static int link_join(ez_sub *s, pub_link *l, bool *pending) {
   chan_sub *cs = NULL;
   *pending = false;
-  int rc = ezi_chan_join(s->ctx, l->pub_id, s, &member_ops, &cs, pending);
+  int rc = ezi_chan_join(s->ctx, l->pub_id, s, &s->lr, &member_ops, &cs, pending);
   if (rc) return rc;
   l->cs = cs;
   l->retry_at = 0;
@@ -296,6 +296,6 @@ void ezi_sub_links_close(ez_sub *s) {
   s->retry_timer = 0;
   while (s->n_links)
     remove_link_at(s, s->n_links - 1, true);
-  ezi_sub_purge_all(s); /* what channels left earlier (by an UPDATE) had queued */
-  ezi_lchan_purge(s);   /* the same, of TCP rings */
+  ezi_sub_purge_all(s);    /* what channels left earlier (by an UPDATE) had queued */
+  ezi_lchan_purge(&s->lr); /* the same, of TCP rings */
 }

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -21,10 +22,10 @@ const char *ezi_sub_handle(const ez_sub *s) { return s->handle; }
 json_t *ezi_sub_member_json(const ez_sub *s, const ezi_window *proc, uint64_t in_flight,
                             uint64_t now, double window_s) {
   json_t *j = ezi_sub_tel_json(proc, s->id, s->handle, in_flight, now, window_s);
-  if (j && s->max_queue) { /* a leaky subscriber: what it dropped (in all, all channels) */
-    json_object_set_new(j, "max_queue", json_integer(s->max_queue));
-    json_object_set_new(j, "dropped",
-                        json_integer((json_int_t)__atomic_load_n(&s->dropped, __ATOMIC_RELAXED)));
+  if (j && s->lr.max_queue) { /* a leaky subscriber: what it dropped (in all, all channels) */
+    json_object_set_new(j, "max_queue", json_integer(s->lr.max_queue));
+    json_object_set_new(
+        j, "dropped", json_integer((json_int_t)__atomic_load_n(&s->lr.dropped, __ATOMIC_RELAXED)));
   }
   return j;
 }
@@ -46,11 +47,11 @@ void ezi_sub_signal_ready(ez_sub *s) {
 bool ezi_sub_push(ez_sub *s, chan_sub *cs, uint64_t msg_id, bool defer_wake, note *dropped) {
   pthread_mutex_lock(&s->mu);
   dropped->cs = NULL;
-  if (s->max_queue && s->n >= s->max_queue) { /* leaky and full: the oldest goes */
+  if (s->lr.max_queue && s->n >= s->lr.max_queue) { /* leaky and full: the oldest goes */
     *dropped = s->q[s->head];
     s->head = (s->head + 1) % s->cap;
     s->n--;
-    __atomic_store_n(&s->dropped, s->dropped + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->lr.dropped, s->lr.dropped + 1, __ATOMIC_RELAXED);
   }
   if (s->n == s->cap) {
     size_t cap = s->cap ? s->cap * 2 : 64;
@@ -96,18 +97,18 @@ static void now_empty(ez_sub *s) {
     uint64_t v;
     if (read(s->efd, &v, sizeof v) == sizeof v || errno == EAGAIN) s->efd_set = false;
   }
-  if (s->efd >= 0 && s->n_locals) {
-    __atomic_store_n(&s->want_signal, 1, __ATOMIC_SEQ_CST);
-    ezi_lchan_arm(s);
-    if (ezi_lchan_ready(s)) { /* one came meanwhile */
-      __atomic_store_n(&s->want_signal, 0, __ATOMIC_RELAXED);
+  if (s->efd >= 0 && s->lr.n_locals) {
+    __atomic_store_n(&s->lr.want_signal, 1, __ATOMIC_SEQ_CST);
+    ezi_lchan_arm(&s->lr);
+    if (ezi_lchan_ready(&s->lr)) { /* one came meanwhile */
+      __atomic_store_n(&s->lr.want_signal, 0, __ATOMIC_RELAXED);
       ezi_sub_signal_ready(s);
     }
   }
 }
 
 static void maybe_empty(ez_sub *s) {
-  if (!s->n && !ezi_lchan_ready(s)) now_empty(s);
+  if (!s->n && !ezi_lchan_ready(&s->lr)) now_empty(s);
 }
 
 void ezi_sub_purge_all(ez_sub *s) {
@@ -178,7 +179,7 @@ void ezi_sub_purge(ez_sub *s, chan_sub *cs, void (*fn)(chan_sub *, uint64_t)) {
  * thread polls already, and two pollers on two cores slow each other. True if one came. */
 static bool poll_local(ez_sub *s) {
   uint64_t budget = s->ctx->spin_ns;
-  if (!budget || !s->local_recent || (s->spin_score < SPIN_WORTH && ++s->since_probe < 32))
+  if (!budget || !s->lr.local_recent || (s->spin_score < SPIN_WORTH && ++s->since_probe < 32))
     return false;
   s->since_probe = 0;
   uint32_t seen = __atomic_load_n(&s->pushed, __ATOMIC_ACQUIRE);
@@ -192,7 +193,7 @@ static bool poll_local(ez_sub *s) {
     }
     if (!(k & 7)) { /* the local channels can change under us: look with the lock */
       pthread_mutex_lock(&s->mu);
-      got = ezi_lchan_ready(s);
+      got = ezi_lchan_ready(&s->lr);
       pthread_mutex_unlock(&s->mu);
       if (got) break;
     }
@@ -231,14 +232,14 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
   for (;;) {
     pthread_mutex_lock(&s->mu);
     int rc = 0;
-    while (!s->n && !ezi_lchan_ready(s) && !rc) {
+    while (!s->n && !ezi_lchan_ready(&s->lr) && !rc) {
       if (s->closing) {
         rc = EZ_ECLOSED;
       } else if (s->lost) {
         rc = EZ_ECONNLOST;
       } else if (timeout_ms == 0) {
         now_empty(s); /* a stale readable fd is cleared; what just came is taken */
-        if (!s->n && !ezi_lchan_ready(s)) rc = EZ_EAGAIN;
+        if (!s->n && !ezi_lchan_ready(&s->lr)) rc = EZ_EAGAIN;
       } else {
         if (!deadline) deadline = ezi_deadline(timeout_ms);
         if (!polled) {
@@ -247,13 +248,13 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
         }
         s->waiters++;
         /* Announce the sleep to local publishers, then look again (localchan.c). */
-        if (s->n_locals) {
-          __atomic_store_n(&s->want_signal, 1, __ATOMIC_SEQ_CST);
-          ezi_lchan_arm(s);
+        if (s->lr.n_locals) {
+          __atomic_store_n(&s->lr.want_signal, 1, __ATOMIC_SEQ_CST);
+          ezi_lchan_arm(&s->lr);
         }
-        if (!ezi_lchan_ready(s)) rc = ezi_cond_wait(&s->cv, &s->mu, deadline);
+        if (!ezi_lchan_ready(&s->lr)) rc = ezi_cond_wait(&s->cv, &s->mu, deadline);
         s->waiters--;
-        if (s->efd < 0) __atomic_store_n(&s->want_signal, 0, __ATOMIC_RELAXED);
+        if (s->efd < 0) __atomic_store_n(&s->lr.want_signal, 0, __ATOMIC_RELAXED);
       }
     }
     if (rc) {
@@ -262,10 +263,10 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
     }
     /* Alternate between the two sources while both have messages; a TCP ring's member that
      * left drains first (a later channel to its publisher queues later messages). */
-    bool local = s->n_locals && (!s->n || ezi_lchan_draining(s) || (s->rr = !s->rr));
+    bool local = s->lr.n_locals && (!s->n || ezi_lchan_draining(&s->lr) || (s->rr = !s->rr));
     ezi_ldrops drops;
     drops.n = 0;
-    if (local && ezi_lchan_take(s, m, &drops)) { /* (it sets local_recent) */
+    if (local && ezi_lchan_take(&s->lr, m, &drops)) { /* (it sets local_recent) */
       if (s->efd >= 0) maybe_empty(s);
       pthread_mutex_unlock(&s->mu);
       if (EZI_UNLIKELY(drops.n)) ezi_lchan_trim_done(&drops); /* a leaky one's oldest */
@@ -273,7 +274,7 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
       return 0;
     }
     note x = s->q[s->head];
-    s->local_recent = false;
+    s->lr.local_recent = false;
     s->head = (s->head + 1) % s->cap;
     if (--s->n == 0) maybe_empty(s);
     pthread_mutex_unlock(&s->mu);
@@ -311,7 +312,7 @@ int ez_sub_fd(const ez_sub *cs) {
   pthread_mutex_lock(&s->mu);
   if (s->efd < 0) {
     s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (s->efd >= 0 && (s->n || s->lost || ezi_lchan_ready(s)))
+    if (s->efd >= 0 && (s->n || s->lost || ezi_lchan_ready(&s->lr)))
       ezi_sub_signal_ready(s);
     else if (s->efd >= 0)
       now_empty(s);
@@ -329,7 +330,7 @@ static void sub_free(ez_sub *s) {
   free(s->handle);
   free(s->q);
   free(s->links);
-  free(s->locals);
+  free(s->lr.locals);
   if (s->efd >= 0) close(s->efd);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
@@ -377,6 +378,25 @@ static void announce(ez_sub *s) {
   ezi_buf_free(&b);
 }
 
+/* ---- the receiver of ring messages (ring/localchan.h) ---------------------------------------- */
+
+static ez_sub *of_receiver(ezi_lrecv *rv) { return (ez_sub *)((char *)rv - offsetof(ez_sub, lr)); }
+
+static bool rv_waited(ezi_lrecv *rv) {
+  ez_sub *s = of_receiver(rv);
+  return s->efd >= 0 || s->waiters;
+}
+
+static bool rv_mark_ready(ezi_lrecv *rv) { return ezi_sub_mark_ready(of_receiver(rv)); }
+
+static void rv_signal_ready(ezi_lrecv *rv) { ezi_sub_signal_ready(of_receiver(rv)); }
+
+static const ezi_lrecv_ops receiver_ops = {
+    .waited = rv_waited,
+    .mark_ready = rv_mark_ready,
+    .signal_ready = rv_signal_ready,
+};
+
 int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, ez_sub **out) {
   if (!ctx || !topic || !out || strlen(topic) > EZ_MAX_CONTROL_STR) return EZ_EINVAL;
   ez_sub *s = calloc(1, sizeof *s);
@@ -386,9 +406,12 @@ int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, e
   s->gw.fd = -1;
   ezi_mutex_init(&s->mu);
   ezi_cond_init(&s->cv);
+  s->lr.ops = &receiver_ops;
+  s->lr.mu = &s->mu;
+  s->lr.cv = &s->cv;
   s->topic = strdup(topic);
   s->handle = strdup(opts && opts->handle ? opts->handle : topic);
-  if (opts && opts->leaky) s->max_queue = opts->max_queue ? opts->max_queue : 1;
+  if (opts && opts->leaky) s->lr.max_queue = opts->max_queue ? opts->max_queue : 1;
   if (!s->topic || !s->handle) {
     sub_free(s);
     return EZ_ENOMEM;

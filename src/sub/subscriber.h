@@ -5,6 +5,7 @@
 #define EZI_SUBSCRIBER_H
 
 #include "core/context.h"
+#include "ring/localchan.h"
 #include "base/trace.h"
 
 typedef struct link {
@@ -22,9 +23,7 @@ struct ez_sub {
   ez_context *ctx;
   char id[37];
   char *topic, *handle;
-  ezi_trace *trace;   /* atomic: set once a tool traces it (trace.h), else NULL */
-  uint32_t max_queue; /* leaky: at most this many messages wait for it (0: not leaky) */
-  uint64_t dropped;   /* atomic, written under mu: messages a leaky subscriber dropped */
+  ezi_trace *trace; /* atomic: set once a tool traces it (trace.h), else NULL */
   /* graph link (I/O thread) */
   ezi_watch gw;
   ezi_buf gin;
@@ -41,20 +40,15 @@ struct ez_sub {
   size_t head, n, cap;
   int efd;
   bool efd_set, initialized, lost, closing;
-  bool wake_pending;    /* a batch is being queued: signal once it is all there */
-  uint32_t pushed;      /* atomic, written under mu: notices ever queued (what a polling receiver
-                         * watches) */
-  chan_sub **locals;    /* memberships of local channels (mu) */
-  size_t n_locals, lrr; /* lrr: where the next local take starts looking */
-  size_t lpull;         /* the ring channel (an index of locals) the next forced pull starts at */
-  uint32_t ltakes;      /* local takes, counted for the forced pulls (localchan.c) */
-  bool rr;              /* alternates between queued notices and local channels */
-  char pad0_[64];       /* local publishers read want_signal per message: a line of its own */
-  uint32_t want_signal; /* atomic: a local publisher must signal (cv, efd) at its next message */
-  char pad1_[64];
+  bool wake_pending; /* a batch is being queued: signal once it is all there */
+  uint32_t pushed;   /* atomic, written under mu: notices ever queued (what a polling receiver
+                      * watches) */
+  bool rr;           /* alternates between queued notices and ring channels */
+  /* Its receiver of ring channels' messages (ring/localchan.h: memberships, want_signal, a leaky
+   * one's max_queue and dropped count), under mu. */
+  ezi_lrecv lr;
   /* the receiving thread's own (one thread at a time per subscriber) */
   uint64_t received;    /* atomic, one writer (the receiving thread): messages ez_recv gave out */
-  bool local_recent;    /* the last message came from a publisher in this process */
   uint32_t spin_score;  /* how often polling found a message: 0..1024, a moving average */
   uint32_t since_probe; /* waits since the last poll */
 };
