@@ -8,6 +8,7 @@
 #include "core/context.h"
 #include "ring/localchan.h"
 #include "ring/rxmode.h"
+#include "base/trace.h"
 #include "proto/shmring.h"
 #include "proto/txframe.h"
 
@@ -73,6 +74,9 @@ typedef struct ezi_member_ops {
    * what it dropped (a new reference, from the member's processing times). Any thread. */
   json_t *(*profile)(const ez_sub *sub, const ezi_window *proc, uint64_t in_flight, uint64_t now,
                      double window_s);
+  /* Where the subscriber keeps its trace (base/trace.h), which a trace poll of the channel's
+   * PROFILE answer sets and reads (proc/tracectl.h). I/O thread. */
+  ezi_trace **(*trace_slot)(ez_sub *sub);
 } ezi_member_ops;
 
 enum { CH_REGISTERING, CH_CONNECTING, CH_READY, CH_FAILED };

@@ -10,7 +10,6 @@
 #include "chan/chanlink.h"
 #include "chan/notices.h"
 #include "proto/regframe.h"
-#include "sub/subscriber.h"
 #include "proc/tracectl.h"
 
 #include <stdio.h>
@@ -38,14 +37,15 @@ static void trace_members(chan *c, json_t *j) {
   uint64_t dropped = 0;
   pthread_mutex_lock(&c->mu);
   size_t n = c->n_subs;
-  ez_sub **subs = malloc((n ? n : 1) * sizeof *subs);
+  chan_sub **subs = malloc((n ? n : 1) * sizeof *subs);
   for (size_t i = 0; subs && i < n; i++)
-    subs[i] = c->subs[i]->gone ? NULL : ezi_chan_sub_owner(c->subs[i]);
+    subs[i] = c->subs[i]->gone ? NULL : c->subs[i];
   pthread_mutex_unlock(&c->mu);
   for (size_t i = 0; subs && i < n; i++) { /* (the I/O thread: none is destroyed meanwhile) */
     if (!subs[i]) continue;
+    ez_sub *s = subs[i]->sub;
     ezi_trace *t =
-        ezi_tracectl_poll(c->ctx, &subs[i]->trace, ez_sub_topic(subs[i]), ez_sub_id(subs[i]));
+        ezi_tracectl_poll(c->ctx, subs[i]->ops->trace_slot(s), ez_sub_topic(s), ez_sub_id(s));
     json_t *o = ezi_tracectl_json(t);
     if (!o) continue;
     if (!all) all = json_array();

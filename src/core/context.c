@@ -1,7 +1,6 @@
 /* A process's membership of a graph: the I/O thread, the registries of publishers, subscribers and
  * channels, the outboxes the I/O thread writes for everyone, and the embedded graph server. */
 #include "core/context.h"
-#include "chan/channel.h"
 #include "base/acceptor.h"
 #include "graph/graphio.h"
 #include "graph/graphserver.h"

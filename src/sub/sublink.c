@@ -109,6 +109,7 @@ static const ezi_member_ops member_ops = {
     .purge = ezi_sub_purge,
     .take_if = ezi_sub_take_if,
     .profile = ezi_sub_member_json,
+    .trace_slot = ezi_sub_trace_slot,
 };
 
 /* Joins l's publisher; with pending, the join finishes in ezi_sub_join_done. */

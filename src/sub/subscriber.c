@@ -19,6 +19,8 @@ const char *ez_sub_id(const ez_sub *s) { return s->id; }
 const char *ez_sub_topic(const ez_sub *s) { return s->topic; }
 const char *ezi_sub_handle(const ez_sub *s) { return s->handle; }
 
+ezi_trace **ezi_sub_trace_slot(ez_sub *s) { return &s->trace; }
+
 json_t *ezi_sub_member_json(const ez_sub *s, const ezi_window *proc, uint64_t in_flight,
                             uint64_t now, double window_s) {
   json_t *j = ezi_sub_tel_json(proc, s->id, s->handle, in_flight, now, window_s);

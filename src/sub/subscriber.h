@@ -85,6 +85,8 @@ const char *ezi_sub_handle(const ez_sub *sub);
  * handle, and a leaky one's bound and what it dropped. */
 json_t *ezi_sub_member_json(const ez_sub *sub, const ezi_window *proc, uint64_t in_flight,
                             uint64_t now, double window_s);
+/* Where s keeps its trace (ezi_member_ops.trace_slot). */
+ezi_trace **ezi_sub_trace_slot(ez_sub *s);
 /* A pending join finished (rc 0) or failed (then sub leaves cs). I/O thread. */
 void ezi_sub_join_done(ez_sub *sub, chan_sub *cs, int rc);
 /* The link of cs's channel to its publisher was cut after the handshake: sub leaves cs and joins
