@@ -6,6 +6,7 @@
  * stays listed, so a transient failure never leaves a subscriber deaf to a live publisher.
  * Everything here runs on the I/O thread. */
 #include "sub/subscriber.h"
+#include "sub/sublink.h"
 #include "chan/channel.h"
 #include "chan/chanreg.h"
 

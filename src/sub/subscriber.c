@@ -4,6 +4,7 @@
 #include "graph/graphio.h"
 #include "proto/gsregistry.h"
 #include "sub/subscriber.h"
+#include "sub/sublink.h"
 #include "chan/channel.h"
 
 #include <errno.h>

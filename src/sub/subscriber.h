@@ -1,6 +1,6 @@
 /* A subscriber's private state, shared by subscriber.c (the notice queue, recv, creation and
  * destruction) and sublink.c (its graph link: UPDATEs, joining and leaving channels, and the
- * supervision that joins a failed link again). */
+ * supervision that joins a failed link again, sublink.h); and the functions of subscriber.c. */
 #ifndef EZI_SUBSCRIBER_H
 #define EZI_SUBSCRIBER_H
 
@@ -87,16 +87,4 @@ json_t *ezi_sub_member_json(const ez_sub *sub, const ezi_window *proc, uint64_t 
                             uint64_t now, double window_s);
 /* Where s keeps its trace (ezi_member_ops.trace_slot). */
 ezi_trace **ezi_sub_trace_slot(ez_sub *s);
-/* A pending join finished (rc 0) or failed (then sub leaves cs). I/O thread. */
-void ezi_sub_join_done(ez_sub *sub, chan_sub *cs, int rc);
-/* The link of cs's channel to its publisher was cut after the handshake: sub leaves cs and joins
- * the publisher again later. I/O thread. */
-void ezi_sub_chan_lost(ez_sub *sub, chan_sub *cs);
-
-/* sublink.c: the graph link's event handler (I/O thread). */
-void ezi_sub_on_graph(ezi_watch *w, uint32_t ev);
-/* sublink.c: closes the graph link, stops the retries and leaves every channel (views end: the
- * subscriber is being destroyed). I/O thread. */
-void ezi_sub_links_close(ez_sub *s);
-
 #endif
