@@ -220,6 +220,10 @@ void ezi_chan_ack(chan *c, uint64_t msg_id);
 int ezi_chan_ring_attach(chan *c, uint64_t next_id);
 int ezi_chan_ring_join(chan *c, chan_sub *cs);
 json_t *ezi_chan_ring_member_json(chan_sub *cs, uint64_t now, double window_s, uint64_t *in_flight);
+/* The member part of every ring mode's table (rxmode.h), in its initializer. */
+#define EZI_RING_MEMBER_OPS                                                                        \
+  .join = ezi_chan_ring_join, .leave = ezi_lchan_leave, .release = ezi_lchan_release,              \
+  .cut = ezi_lchan_cut, .idle = ezi_lchan_idle, .member_json = ezi_chan_ring_member_json
 /* cs left and holds nothing: it is freed, and its reference to its channel dropped (the ring's
  * chan_sub.done). Any thread. */
 void ezi_chan_sub_done(chan_sub *cs);

@@ -48,11 +48,6 @@ static const ezi_lring_ops producer = {
 const ezi_rx_mode ezi_rx_in_process = {
     .name = "in-process",
     .ring = true,
-    .join = ezi_chan_ring_join,
-    .leave = ezi_lchan_leave,
-    .release = ezi_lchan_release,
-    .cut = ezi_lchan_cut,
-    .idle = ezi_lchan_idle,
-    .member_json = ezi_chan_ring_member_json,
+    EZI_RING_MEMBER_OPS,
     .producer = &producer,
 };

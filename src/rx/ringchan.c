@@ -238,11 +238,6 @@ const ezi_rx_mode ezi_rx_shm_ring = {
     .frame = ring_frame,
     .read_done = ezi_chan_wake_subs,
     .free = ring_free,
-    .join = ezi_chan_ring_join,
-    .leave = ezi_lchan_leave,
-    .release = ezi_lchan_release,
-    .cut = ezi_lchan_cut,
-    .idle = ezi_lchan_idle,
-    .member_json = ezi_chan_ring_member_json,
+    EZI_RING_MEMBER_OPS,
     .producer = &ring_producer,
 };

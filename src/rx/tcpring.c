@@ -429,11 +429,6 @@ const ezi_rx_mode ezi_rx_tcp_window = {
     .begin_reads = tcpring_begin_reads,
     .link_closed = tcpring_link_closed,
     .free = tcpring_free,
-    .join = ezi_chan_ring_join,
-    .leave = ezi_lchan_leave,
-    .release = ezi_lchan_release,
-    .cut = ezi_lchan_cut,
-    .idle = ezi_lchan_idle,
-    .member_json = ezi_chan_ring_member_json,
+    EZI_RING_MEMBER_OPS,
     .producer = &tcp_producer,
 };
