@@ -9,12 +9,15 @@ reason, in tests/layers.allow; the test fails on any other, and on a listed one 
 the list only shrinks). With those set aside, no circle of modules (a .c and its .h) may be longer
 than two.
 
-usage: layers.py SRC_DIR [--report]
+With --objects ARCHIVE (the static library), the same rule holds for calls too: no function calls
+one of a layer above its own, whatever header declares it.
+
+usage: layers.py SRC_DIR [--report] [--objects ARCHIVE]
 """
 import os, re, sys
 
 RANK = {"base": 0, "proto": 1, "graph": 2, "core": 3, "ring": 4, "chan": 5, "rx": 6,
-        "pub": 7, "sub": 7, "proc": 8}
+        "link": 7, "pub": 8, "sub": 8, "proc": 9}
 
 root = sys.argv[1]
 src = os.path.join(root, "src")
@@ -110,6 +113,57 @@ def sccs(g):
 for c in sccs(edges):
     if len(c) > 2:
         errors.append("a circle of %d modules: %s" % (len(c), " ".join(c)))
+
+
+def check_calls(archive):
+    """The same rule over calls: a function of one layer may call (or take the address of) the
+    ez_ and ezi_ functions of its own folder and of those below, never of a layer above, even
+    through a declaration in a lower header; an upper layer reaches a lower one's caller only
+    through a table or callback it registered. Read from the library's objects (nm)."""
+    import subprocess
+    layer_of = {}
+    for layer in RANK:
+        d = os.path.join(src, layer)
+        for name in os.listdir(d) if os.path.isdir(d) else ():
+            if name.endswith(".c"):
+                layer_of[name] = layer
+    try:
+        out = subprocess.run(["nm", "-A", archive], capture_output=True, text=True,
+                             check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        return [f"{archive}: nm failed ({e})"]
+    defined, used = {}, []
+    for line in out.splitlines():
+        parts = line.rsplit(None, 2)
+        if len(parts) < 2:
+            continue
+        member = line.split(":")[1] if line.count(":") >= 2 else ""
+        name = member[:-2] if member.endswith(".o") else member
+        sym, kind = parts[-1], parts[-2]
+        if not (sym.startswith("ez_") or sym.startswith("ezi_")) or name not in layer_of:
+            continue
+        if kind in "TDRB":
+            defined[sym] = name
+        elif kind == "U":
+            used.append((name, sym))
+    errs = []
+    for name, sym in sorted(set(used)):
+        d = defined.get(sym)
+        if d is None:
+            continue
+        lu, ld = layer_of[name], layer_of[d]
+        up = RANK[ld] > RANK[lu] or (RANK[ld] == RANK[lu] and ld != lu)
+        if ld == lu == "rx" and d != name:
+            up = True
+        if up:
+            errs.append(f"src/{lu}/{name} calls {sym} of src/{ld}/{d}: {ld} is not below {lu}")
+    if not defined:
+        errs.append(f"{archive}: no ez_ or ezi_ function of src/ found in it")
+    return errs
+
+
+if "--objects" in sys.argv:
+    errors += check_calls(sys.argv[sys.argv.index("--objects") + 1])
 
 if "--report" in sys.argv:
     print(f"{len(allowed)} listed upward includes")

@@ -1,10 +1,11 @@
-/* The TCP window between ezmsg-c peers (src/pub/pubwin.c, src/rx/tcpring.c): a real publisher against a
- * channel played by hand (the window's size, the rule that an entry still taken holds the next
- * message back, the byte budget, acks out of order), a real channel against a publisher played by
- * hand (what it accepts, acks in order once every member released, and that it drops a publisher
+/* The TCP window between ezmsg-c peers (src/pub/pubwin.c, src/rx/tcpring.c): a real publisher
+ * against a channel played by hand (the window's size, the rule that an entry still taken holds the
+ * next message back, the byte budget, acks out of order), a real channel against a publisher played
+ * by hand (what it accepts, acks in order once every member released, and that it drops a publisher
  * breaking the rules), and a real publisher process streaming to a subscriber here with and
  * without the window. */
 #include "chan/channel.h"
+#include "link/chanreg.h"
 #include "harness.h"
 #include "pub/pubstate.h"
 #include "proto/marshal.h"
@@ -773,7 +774,7 @@ typedef struct pin_query {
 static void read_pin_cap(void *arg) {
   pin_query *q = arg;
   pthread_mutex_lock(&q->ctx->mu);
-  chan *c = ezi_ctx_find_chan(q->ctx, q->pub);
+  chan *c = ezi_chan_find(q->ctx, q->pub);
   q->cap = c ? c->pin.cap : SIZE_MAX;
   pthread_mutex_unlock(&q->ctx->mu);
 }

@@ -2,6 +2,8 @@
 #include "base/trace.h"
 #include "base/internal.h"
 
+#include <jansson.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,4 +96,28 @@ uint8_t ezi_trace_metric_bit(const char *name) {
   for (size_t i = 0; i < sizeof g_metrics / sizeof g_metrics[0]; i++)
     if (!strcmp(g_metrics[i].name, name)) return g_metrics[i].bit;
   return 0;
+}
+
+json_t *ezi_trace_json(ezi_trace *t) {
+  if (!t) return NULL;
+  ezi_trace_sample buf[256];
+  uint64_t dropped = 0;
+  json_t *arr = NULL;
+  for (;;) {
+    uint64_t d = 0;
+    size_t n = ezi_trace_take(t, buf, 256, &d);
+    dropped += d;
+    if (!n) break;
+    if (!arr && !(arr = json_array())) return NULL;
+    for (size_t i = 0; i < n; i++)
+      json_array_append_new(arr, json_pack("{sIsssssssfsI}", "t_ns", (json_int_t)buf[i].t_ns,
+                                           "endpoint_id", t->eid, "topic", t->topic, "metric",
+                                           ezi_trace_metric_name(buf[i].metric), "value",
+                                           buf[i].value, "seq", (json_int_t)buf[i].seq));
+    if (n < 256) break;
+  }
+  if (!arr && !dropped) return NULL;
+  json_t *o =
+      json_pack("{sosI}", "samples", arr ? arr : json_array(), "dropped", (json_int_t)dropped);
+  return o;
 }

@@ -14,6 +14,7 @@
 #ifndef EZI_TRACE_H
 #define EZI_TRACE_H
 
+#include <jansson.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -72,6 +73,10 @@ size_t ezi_trace_take(ezi_trace *t, ezi_trace_sample *out, size_t max, uint64_t 
 
 /* The name of a metric bit ("publish_delta_ns", ...), and the bit of a name (0: unknown). */
 const char *ezi_trace_metric_name(uint8_t metric);
+/* The samples of t as {"samples": [{"t_ns", "endpoint_id", "topic", "metric", "value", "seq"}...],
+ * "dropped": n}, taking them (a new reference); NULL if it has none and dropped none, or t is
+ * NULL. */
+json_t *ezi_trace_json(ezi_trace *t);
 uint8_t ezi_trace_metric_bit(const char *name);
 
 /* A PROFILE whose window_ms is at least this is `ezmsg profile --trace` polling (its window is

@@ -16,11 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-const char *ezi_chan_pub_id(const chan *c) { return c->pub_id; }
-
 const char *ezi_chan_id(const chan *c) { return c->id; }
-
-bool ezi_chan_failed(const chan *c) { return c->state == CH_FAILED; }
 
 ez_sub *ezi_chan_sub_owner(const chan_sub *cs) { return cs->sub; }
 
@@ -143,7 +139,7 @@ int ezi_chan_link_done(chan *c, int rc) {
   chan_sub **waiting = malloc((n ? n : 1) * sizeof *waiting);
   if (!rc && !waiting) rc = EZ_ENOMEM;
   /* A remote publisher's notices fill slots; a local channel has its ring instead (whose
-   * producer, the publisher, sets its callbacks as it attaches: ezi_pub_set_local). */
+   * producer, the publisher, sets its callbacks as it attaches: ctx->local_pubs->attach). */
   if (!rc && c->local_pub)
     rc = ezi_lchan_ring_init(&c->lr, c->nbuf, NULL, c, c->pub_id);
   else if (!rc && !(c->slots = calloc(c->nslot = c->nbuf, sizeof *c->slots)))
@@ -156,7 +152,7 @@ int ezi_chan_link_done(chan *c, int rc) {
   pthread_mutex_unlock(&c->mu);
   /* A local channel starts taking messages before its subscribers hear it is ready: a message
    * published once their creation returned must reach them. */
-  if (!rc && c->local_pub && (rc = ezi_pub_set_local(c->local_pub, c))) {
+  if (!rc && c->local_pub && (rc = c->ctx->local_pubs->attach(c->local_pub, c))) {
     pthread_mutex_lock(&c->mu);
     c->state = CH_FAILED;
     c->local_pub = NULL;
@@ -205,7 +201,8 @@ void ezi_chan_pub_gone(chan *c) {
   while (c->pub_users)
     pthread_cond_wait(&c->cv, &c->mu); /* wake-ups in progress finish first */
   pthread_mutex_unlock(&c->mu);
-  if (pub && c->lr.ls) ezi_pub_hand_over(pub, &c->kept_seg, &c->kept_retired, c->kept_hot);
+  if (pub && c->lr.ls)
+    c->ctx->local_pubs->hand_over(pub, &c->kept_seg, &c->kept_retired, c->kept_hot);
 }
 
 void ezi_chan_destroy(chan *c) {
@@ -222,7 +219,7 @@ void ezi_chan_destroy(chan *c) {
   ez_pub *pub = c->local_pub;
   pthread_mutex_unlock(&c->mu);
   if (pub) {
-    ezi_pub_set_local(pub, NULL);
+    c->ctx->local_pubs->attach(pub, NULL);
     ezi_chan_pub_gone(c);
   }
   c->close_link(c);

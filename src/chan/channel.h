@@ -8,6 +8,7 @@
 #include "core/context.h"
 #include "ring/localchan.h"
 #include "ring/rxmode.h"
+#include "core/segattach.h"
 #include "base/trace.h"
 #include "proto/shmring.h"
 #include "proto/txframe.h"
@@ -75,8 +76,8 @@ typedef struct ezi_member_ops {
   json_t *(*profile)(const ez_sub *sub, const ezi_window *proc, uint64_t in_flight, uint64_t now,
                      double window_s);
   /* Where the subscriber keeps its trace (base/trace.h), which a trace poll of the channel's
-   * PROFILE answer sets and reads (proc/tracectl.h). I/O thread. */
-  ezi_trace **(*trace_slot)(ez_sub *sub);
+   * PROFILE answer sets and reads (ezi_ctx_trace_poll), and its topic and id. I/O thread. */
+  ezi_trace **(*trace_of)(ez_sub *sub, const char **topic, const char **id);
 } ezi_member_ops;
 
 enum { CH_REGISTERING, CH_CONNECTING, CH_READY, CH_FAILED };
@@ -210,6 +211,20 @@ void ezi_chan_unref(chan *c);
  * is a no-op. */
 void ezi_chan_sub_free(chan_sub *cs);
 
+/* Removes a subscriber from its channel, releasing what it has queued and, with release_viewed,
+ * the messages its user is viewing (else those are released by the user); the channel goes away
+ * with its last subscriber. I/O thread. */
+void ezi_chan_leave(chan_sub *cs, bool release_viewed);
+/* The publisher of a local channel is going away. I/O thread. */
+void ezi_chan_pub_gone(chan *c);
+/* The subscriber cs belongs to. */
+ez_sub *ezi_chan_sub_owner(const chan_sub *cs);
+/* The kind of cs's channel, as 3.9 names it (ezi_m39_channel). Any thread. */
+int ezi_chan_sub_kind(const chan_sub *cs);
+/* The channel's own id (empty until the graph server gave it one). */
+const char *ezi_chan_id(const chan *c);
+/* Profile JSON of a channel and its members (a new reference). I/O thread. */
+json_t *ezi_chan_profile(chan *c, double window_s);
 /* Acks msg_id to the publisher. Never called with c->mu held. */
 void ezi_chan_ack(chan *c, uint64_t msg_id);
 

@@ -29,6 +29,12 @@ void ezi_chan_release_drops(chan *c);
  * ezi_chan_buf_take, which this takes): 0, or EZ_EPROTO. I/O thread, c->mu not held. */
 int ezi_notices_tcp(chan *c, uint64_t msg_id, uint64_t size, uint8_t *owned, size_t cap,
                     uint64_t now);
+/* Fills a view of message msg_id for cs (called by recv). EZ_ENOENT if it is gone. Any thread. */
+int ezi_chan_view(chan_sub *cs, uint64_t msg_id, ez_msg *msg);
+/* cs's channel lost its link: the notices cs has queued for messages in the publisher's shared
+ * memory are dropped (released), since the publisher may write those slots again; those that
+ * came whole over TCP stay queued where they are. I/O thread. */
+void ezi_chan_drop_unowned(chan_sub *cs);
 /* Frees the slots and the spare buffers (the channel is destroyed: whatever its mode now, it may
  * keep spare buffers from its notices). */
 void ezi_notices_free(chan *c);

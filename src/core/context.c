@@ -4,8 +4,6 @@
 #include "base/acceptor.h"
 #include "graph/graphio.h"
 #include "graph/graphserver.h"
-#include "proc/procclient.h"
-#include "proc/tracectl.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -230,19 +228,6 @@ static void flush_dirty(void *arg) {
 
 /* ---- registry ------------------------------------------------------------------------------ */
 
-ez_pub *ezi_ctx_find_pub(ez_context *ctx, const char *id) {
-  for (size_t i = 0; i < ctx->n_pubs; i++)
-    if (!strcmp(ez_pub_id(ctx->pubs[i]), id)) return ctx->pubs[i];
-  return NULL;
-}
-
-chan *ezi_ctx_find_chan(ez_context *ctx, const char *pub_id) {
-  for (size_t i = 0; i < ctx->n_chans; i++)
-    if (!ezi_chan_failed(ctx->chans[i]) && !strcmp(ezi_chan_pub_id(ctx->chans[i]), pub_id))
-      return ctx->chans[i];
-  return NULL;
-}
-
 /* $EZMSG_SPIN_US, or the default. */
 static uint64_t spin_us(void) {
   const char *e = getenv(EZ_SPIN_ENV);
@@ -283,20 +268,13 @@ static uint32_t tcp_window(void) {
 
 /* ---- open / close -------------------------------------------------------------------------- */
 
-static void proc_start(void *arg) { ezi_proc_start(arg); }
-static void proc_stop(void *arg) {
-  ezi_proc_stop(arg);
-  ezi_tracectl_stop(arg);
-}
-
 static void *io_thread(void *arg) {
   ez_context *ctx = arg;
   ezi_loop_run(ctx->loop);
   return NULL;
 }
 
-int ez_context_open(const char *address, ez_context **out) {
-  if (!out) return EZ_EINVAL;
+int ezi_ctx_new(const char *address, ez_context **out) {
   ezi_raise_fd_limit(); /* a descriptor per link and per publisher's channel (acceptor.h) */
   ez_context *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return EZ_ENOMEM;
@@ -351,7 +329,6 @@ int ez_context_open(const char *address, ez_context **out) {
     ezi_loop_set_wake_hook(ctx->loop, flush_dirty, ctx);
     if (pthread_create(&ctx->thread, NULL, io_thread, ctx)) rc = EZ_ESYS;
   }
-  if (!rc) ezi_ctx_call(ctx, proc_start, ctx); /* a released graph's process link */
   if (rc) {
     if (ctx->loop) ezi_loop_free(ctx->loop);
     ezi_tick_free(ctx->tick);
@@ -366,24 +343,7 @@ int ez_context_open(const char *address, ez_context **out) {
 const char *ez_context_address(const ez_context *ctx) { return ctx->address; }
 bool ez_context_owns_server(const ez_context *ctx) { return ctx->server != NULL; }
 
-void ez_context_close(ez_context *ctx) {
-  if (!ctx) return;
-  /* Subscribers first (they leave their channels), then publishers. */
-  for (;;) {
-    pthread_mutex_lock(&ctx->mu);
-    ez_sub *s = ctx->n_subs ? ctx->subs[ctx->n_subs - 1] : NULL;
-    pthread_mutex_unlock(&ctx->mu);
-    if (!s) break;
-    ez_sub_destroy(s);
-  }
-  for (;;) {
-    pthread_mutex_lock(&ctx->mu);
-    ez_pub *p = ctx->n_pubs ? ctx->pubs[ctx->n_pubs - 1] : NULL;
-    pthread_mutex_unlock(&ctx->mu);
-    if (!p) break;
-    ez_pub_destroy(p);
-  }
-  ezi_ctx_call(ctx, proc_stop, ctx);
+void ezi_ctx_free(ez_context *ctx) {
   ezi_loop_stop(ctx->loop);
   pthread_join(ctx->thread, NULL);
   ezi_loop_free(ctx->loop);
@@ -395,34 +355,4 @@ void ez_context_close(ez_context *ctx) {
   pthread_mutex_destroy(&ctx->mu);
   pthread_mutex_destroy(&ctx->dirty_mu);
   free(ctx);
-}
-
-/* ---- local profile ------------------------------------------------------------------------- */
-
-typedef struct {
-  ez_context *ctx;
-  double window_s;
-  json_t *doc;
-} prof_call;
-
-static void do_profile(void *arg) {
-  prof_call *pc = arg;
-  json_t *pubs = json_array(), *chans = json_array();
-  for (size_t i = 0; i < pc->ctx->n_pubs; i++)
-    json_array_append_new(pubs, ezi_pub_profile(pc->ctx->pubs[i], pc->window_s));
-  for (size_t i = 0; i < pc->ctx->n_chans; i++)
-    json_array_append_new(chans, ezi_chan_profile(pc->ctx->chans[i], pc->window_s));
-  pc->doc = json_object();
-  json_object_set_new(pc->doc, "window_s", json_real(pc->window_s));
-  json_object_set_new(pc->doc, "publishers", pubs);
-  json_object_set_new(pc->doc, "channels", chans);
-}
-
-int ez_context_profile(ez_context *ctx, double window_s, char **json) {
-  if (!ctx || !json) return EZ_EINVAL;
-  prof_call pc = {ctx, ezi_clamp_window(window_s), NULL};
-  ezi_ctx_call(ctx, do_profile, &pc);
-  *json = pc.doc ? json_dumps(pc.doc, JSON_COMPACT) : NULL;
-  json_decref(pc.doc);
-  return *json ? 0 : EZ_ENOMEM;
 }

@@ -19,6 +19,8 @@
 #include "proto/shm.h"
 #include "base/telemetry.h"
 #include "base/wire.h"
+#include "base/trace.h"
+#include "core/segment.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -44,71 +46,6 @@ typedef struct ezi_ldrops {
   ezi_ldrop v[EZI_LDROPS_MAX];
 } ezi_ldrops;
 typedef struct pub_chan pub_chan;
-
-/* ---- segments: a mapped ezmsg shared-memory layout (or private memory in the same layout) --- */
-typedef struct ezi_seg {
-  int refs;      /* atomic */
-  ezi_shm shm;   /* mapping; shm.name empty for private memory */
-  uint8_t *priv; /* private memory (when the publisher could not map the server's) */
-  int lease_fd;  /* graph-server lease, -1 if none */
-  bool creator;  /* we asked the server for it: if the server dies, we unlink it */
-  bool unlinked; /* atomic: we removed its name (ezi_seg_orphaned), not to be removed again */
-} ezi_seg;
-
-/* Leases `name` at the graph server and maps it. */
-int ezi_seg_attach(const char *address, const char *name, ezi_seg **out, int timeout_ms);
-/* Maps segment `name` whose lease is the graph-server connection fd; the segment takes fd, and
- * on failure fd is closed. */
-int ezi_seg_map(int fd, const char *name, ezi_seg **out);
-
-/* segattach.c: ezi_seg_attach without blocking, on the I/O thread. fn(arg, 0, seg) gets the
- * mapped segment (a reference the callee owns), or fn(arg, rc, NULL) an error: EZ_ENOENT (the
- * server has no such segment), EZ_ETIMEDOUT after timeout_ms (< 0: no limit), EZ_ENOSERVER,
- * EZ_ECONNLOST, EZ_EPROTO, or what mapping it returned. fn runs once, on the I/O thread, never
- * from within ezi_attach_start, and not after ezi_attach_cancel. Start returns 0 (and *out), or an
- * error and then fn is never called. I/O thread only. */
-typedef struct ezi_attach ezi_attach;
-typedef void (*ezi_attach_fn)(void *arg, int rc, ezi_seg *seg);
-int ezi_attach_start(ez_context *ctx, const char *name, int timeout_ms, ezi_attach_fn fn, void *arg,
-                     ezi_attach **out);
-/* Abandons an attempt still running (NULL: nothing). */
-void ezi_attach_cancel(ezi_attach *a);
-
-/* Asks the graph server for a new segment and maps it. */
-int ezi_seg_create(const char *address, uint64_t num_buffers, uint64_t buf_size, ezi_seg **out,
-                   int timeout_ms);
-/* Private memory in the segment layout, named `name` (when the server's segment can't be mapped).
- */
-int ezi_seg_private(const char *name, uint64_t num_buffers, uint64_t buf_size, ezi_seg **out);
-static inline uint8_t *ezi_seg_data(const ezi_seg *s, uint64_t i) {
-  return ezi_shm_data(&s->shm, i);
-}
-static inline uint64_t ezi_seg_room(const ezi_seg *s) { return s->shm.stride - 16; }
-void ezi_seg_ref(ezi_seg *s);
-/* Frees s, whose last reference was dropped (ezi_seg_unref). */
-void ezi_seg_free(ezi_seg *s);
-/* Drops a reference (NULL: nothing); the last one frees s. Inline: a ring channel's release
- * drops one per message. Any thread. */
-static inline void ezi_seg_unref(ezi_seg *s) {
-  if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0) ezi_seg_free(s);
-}
-/* True if the graph server hung up on s's lease, waiting up to wait_ms for it (0: just look).
- * False for a segment without a lease. The caller holds a reference. Any thread. */
-bool ezi_seg_server_gone(ezi_seg *s, int wait_ms);
-/* The server that leased s is gone (ezi_seg_server_gone): if we asked for s, removes its name now
- * rather than at the last unref, since nobody else will and this process may not live to do it
- * (mappings stay valid; with the server gone, nobody can join s by name). NULL: no-op. Once per
- * segment; any thread, with a reference held. */
-void ezi_seg_orphaned(ezi_seg *s);
-
-/* Segments a publisher replaced (grew) while messages in them were still held. */
-typedef struct ezi_seg_chain {
-  ezi_seg *seg;
-  uint64_t last_id; /* the last message sent in it */
-  struct ezi_seg_chain *next;
-} ezi_seg_chain;
-/* Drops the segments of a chain and frees it. */
-void ezi_seg_chain_free(ezi_seg_chain *c);
 
 /* ---- outbox: bytes for one socket, appended by any thread, written by the I/O thread ----------
  * Appends are cheap (a lock and a memcpy); the first append after a flush asks the loop to write,
@@ -139,6 +76,20 @@ typedef struct ezi_outbox {
 } ezi_outbox;
 
 /* ---- context ------------------------------------------------------------------------------ */
+/* What a channel asks of a publisher of its own process: the publishers' part (pub/publocal.c),
+ * which every publisher registers in its context (ctx->local_pubs). I/O thread. */
+typedef struct ezi_local_pubs_ops {
+  /* The publisher whose id is `id` (its num_buffers in *nbuf), or NULL. */
+  ez_pub *(*find)(ez_context *ctx, const char *id, uint32_t *nbuf);
+  /* Attaches local channel c to pub, which starts putting into its ring (0, EZ_ENOMEM), or, with
+   * c NULL, detaches pub's channel (its members released everything). */
+  int (*attach)(ez_pub *pub, chan *c);
+  /* pub goes away: hands its current segment (a new reference), its retired ones and its two hot
+   * buffers (hot[2], malloc'd or NULL) over to its local channel, whose queued messages and views
+   * may still live in them. */
+  void (*hand_over)(ez_pub *pub, ezi_seg **seg, ezi_seg_chain **retired, uint8_t **hot);
+} ezi_local_pubs_ops;
+
 struct ez_context {
   char address[300];
   char server_addr[300]; /* the same with a numeric host: what its threads connect to */
@@ -162,6 +113,13 @@ struct ez_context {
   /* The acknowledgements releases asked for (acks_posted), run by the I/O thread after a wake-up:
    * set by the first TCP window (rx/tcpring.c) on the I/O thread, NULL until then. */
   void (*rx_acks)(ez_context *ctx);
+  /* The publishers' part for local channels (above), set as the first publisher registers (I/O
+   * thread, ctx->mu); NULL while there has been none. */
+  const ezi_local_pubs_ops *local_pubs;
+  /* The trace control's poll (proc/tracectl.h), which the process sets as it opens, on the I/O
+   * thread (ez_context_open): a PROFILE answer traces its endpoint a while more
+   * (ezi_ctx_trace_poll). NULL until then. */
+  ezi_trace *(*trace_poll)(ez_context *ctx, ezi_trace **slot, const char *topic, const char *id);
   ezi_tick *tick; /* expires its publishers' sampled stamps (telclock.h) */
   char host[64];  /* this process's address as seen for profiles */
   int pid;
@@ -173,6 +131,19 @@ struct ez_context {
 /* Runs fn(arg) on the context's I/O thread and waits for it. From the I/O thread itself, runs it
  * directly. */
 void ezi_ctx_call(ez_context *ctx, void (*fn)(void *), void *arg);
+
+/* The context without what the process adds (proc/process.c, ez_context_open and _close):
+ * ezi_ctx_new reaches (or embeds) the graph server at address and starts the I/O thread (0,
+ * EZ_EADDR, EZ_ENOSERVER, EZ_ENOMEM, EZ_ESYS: nothing is left then); ezi_ctx_free stops the I/O
+ * thread and frees the context, whose endpoints are gone already. Caller's thread. */
+int ezi_ctx_new(const char *address, ez_context **out);
+void ezi_ctx_free(ez_context *ctx);
+/* The trace control's poll, if the process set it (ctx->trace_poll): traces the endpoint (topic,
+ * id) whose trace is *slot a while more and returns the trace (NULL: none). I/O thread. */
+static inline ezi_trace *ezi_ctx_trace_poll(ez_context *ctx, ezi_trace **slot, const char *topic,
+                                            const char *id) {
+  return ctx->trace_poll ? ctx->trace_poll(ctx, slot, topic, id) : NULL;
+}
 
 void ezi_outbox_init(ezi_outbox *ob, ezi_watch *w, uint32_t base_events);
 /* Appends bytes (any thread). Returns false if the outbox is dead. */
@@ -212,53 +183,11 @@ static inline bool ezi_outbox_full(ezi_outbox *ob) {
  * it signals, so that no wake-up is lost between the check and the wait. */
 bool ezi_outbox_wait_drain(ezi_outbox *ob);
 
-/* Registry lookups (ctx->mu held by the caller or I/O thread only). find_chan skips failed
- * channels. */
-ez_pub *ezi_ctx_find_pub(ez_context *ctx, const char *id);
-chan *ezi_ctx_find_chan(ez_context *ctx, const char *pub_id);
-
-/* ---- publisher (publisher.c) --------------------------------------------------------------- */
-/* Attaches the process's local channel (EZ_ENOMEM) or, with c NULL, detaches it. I/O thread. */
-int ezi_pub_set_local(ez_pub *pub, chan *c);
-/* The publisher goes away: hands its current segment (a new reference), its retired ones and its
- * two hot buffers (hot[2], malloc'd or NULL) over to the local channel, whose queued messages and
- * views may still live in them. I/O thread. */
-void ezi_pub_hand_over(ez_pub *pub, ezi_seg **seg, ezi_seg_chain **retired, uint8_t **hot);
-/* The publisher lost its graph connection: if the server died (its lease hangs up within
- * LEASE_HANGUP_WAIT_MS), removes the names of the segments it asked for (ezi_seg_orphaned), so
- * that a SIGKILL of this process afterwards leaves nothing in /dev/shm. I/O thread. */
-void ezi_pub_graph_gone(ez_pub *pub);
-uint32_t ezi_pub_num_buffers(const ez_pub *pub);
-/* Profile JSON of a publisher (new reference). */
-json_t *ezi_pub_profile(ez_pub *pub, double window_s);
-
-/* ---- channel (channel.c) ------------------------------------------------------------------- */
-/* Removes a subscriber from its channel, releasing what it has queued and, with release_viewed,
- * the messages its user is viewing (else those are released by the user); the channel goes away
- * with its last subscriber. I/O thread. */
-void ezi_chan_leave(chan_sub *cs, bool release_viewed);
-/* The TCP window between ezmsg-c peers (pubwin.c): the most messages a channel accepts, the byte
- * budget a publisher proposes, and the most a channel accepts, beyond num_buffers messages. */
+/* The TCP window between ezmsg-c peers (pub/pubwin.c, rx/tcpring.c): the most messages a channel
+ * accepts, the byte budget a publisher proposes, and the most a channel accepts, beyond
+ * num_buffers messages. */
 #define EZI_WIN_MAX_MSGS 16384
 #define EZI_WIN_BYTES ((uint64_t)8 << 20)
 #define EZI_WIN_MAX_BYTES ((uint64_t)64 << 20)
-/* The publisher of a local channel is going away. I/O thread. */
-void ezi_chan_pub_gone(chan *c);
-/* Fills a view of message msg_id for cs (called by recv). EZ_ENOENT if it is gone. */
-int ezi_chan_view(chan_sub *cs, uint64_t msg_id, ez_msg *msg);
-/* cs's channel lost its link: the notices cs has queued for messages in the publisher's shared
- * memory are dropped (released), since the publisher may write those slots again; those that
- * came whole over TCP stay queued where they are. I/O thread. */
-void ezi_chan_drop_unowned(chan_sub *cs);
-/* The subscriber cs belongs to. */
-ez_sub *ezi_chan_sub_owner(const chan_sub *cs);
-/* The kind of cs's channel, as 3.9 names it (ezi_m39_channel). Any thread. */
-int ezi_chan_sub_kind(const chan_sub *cs);
-const char *ezi_chan_pub_id(const chan *c);
-/* The channel's own id (empty until the graph server gave it one). */
-const char *ezi_chan_id(const chan *c);
-/* True once the channel's link failed; it only waits for its subscribers to leave. I/O thread. */
-bool ezi_chan_failed(const chan *c);
-json_t *ezi_chan_profile(chan *c, double window_s);
 
 #endif

@@ -2,6 +2,7 @@
  * (segment.c's ezi_seg_attach does the same exchange, blocking, for the API's callers). One I/O
  * thread serves every publisher and channel of a process, so a graph server that is slow to
  * answer, or stopped, must stall only the channel that waits for it. */
+#include "core/segattach.h"
 #include "core/context.h"
 
 #include <stdlib.h>

@@ -1,6 +1,7 @@
 /* Shared-memory segments as the data plane uses them: leased through the graph server (the lease
  * is a connection kept open), mapped, reference-counted so a message can outlive a segment swap.
  * Also the public ez_shm_* calls, which are the same thing with an opaque handle. */
+#include "core/segment.h"
 #include "core/context.h"
 #include "graph/graphio.h"
 

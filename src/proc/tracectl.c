@@ -198,30 +198,6 @@ size_t ezi_tracectl_take(ez_context *ctx, ezi_m39_trace_sample *out, size_t max)
   return k;
 }
 
-json_t *ezi_tracectl_json(ezi_trace *t) {
-  if (!t) return NULL;
-  ezi_trace_sample buf[256];
-  uint64_t dropped = 0;
-  json_t *arr = NULL;
-  for (;;) {
-    uint64_t d = 0;
-    size_t n = ezi_trace_take(t, buf, 256, &d);
-    dropped += d;
-    if (!n) break;
-    if (!arr && !(arr = json_array())) return NULL;
-    for (size_t i = 0; i < n; i++)
-      json_array_append_new(arr, json_pack("{sIsssssssfsI}", "t_ns", (json_int_t)buf[i].t_ns,
-                                           "endpoint_id", t->eid, "topic", t->topic, "metric",
-                                           ezi_trace_metric_name(buf[i].metric), "value",
-                                           buf[i].value, "seq", (json_int_t)buf[i].seq));
-    if (n < 256) break;
-  }
-  if (!arr && !dropped) return NULL;
-  json_t *o =
-      json_pack("{sosI}", "samples", arr ? arr : json_array(), "dropped", (json_int_t)dropped);
-  return o;
-}
-
 void ezi_tracectl_stop(ez_context *ctx) {
   struct ezi_tracectl *tc = ctx->tracectl;
   if (!tc) return;

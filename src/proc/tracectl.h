@@ -28,9 +28,6 @@ bool ezi_tracectl_active(ez_context *ctx);
  * ProfilingTraceSamples into out (strings point into the context's endpoints: use them before
  * the next I/O thread callback). Returns how many. */
 size_t ezi_tracectl_take(ez_context *ctx, ezi_m39_trace_sample *out, size_t max);
-/* The samples of one endpoint as {"samples": [{"t_ns", "endpoint_id", "topic", "metric",
- * "value", "seq"}...], "dropped": n}, taking them; NULL if it has none and dropped none. */
-json_t *ezi_tracectl_json(ezi_trace *t);
 /* Stops everything (the context closes). */
 void ezi_tracectl_stop(ez_context *ctx);
 

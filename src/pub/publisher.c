@@ -1,7 +1,7 @@
 /* Publishers: creation through the graph server, destruction, and their profile. Publishing is
  * pubsend.c, waiting for a slot (backpressure) and segment growth pubwait.c, the I/O-thread half
  * pubserve.c. */
-#include "pub/pubstate.h"
+#include "pub/publisher.h"
 #include "pub/pubhot.h"
 #include "pub/publocal.h"
 #include "chan/channel.h"
@@ -26,7 +26,6 @@ void ez_pub_opts_init(ez_pub_opts *o) {
 
 const char *ez_pub_id(const ez_pub *p) { return p->id; }
 const char *ez_pub_topic(const ez_pub *p) { return p->topic; }
-uint32_t ezi_pub_num_buffers(const ez_pub *p) { return p->nbuf; }
 
 /* Ready channels, the local one included. p->mu held. */
 static size_t count_channels(const ez_pub *p) {
@@ -41,40 +40,6 @@ size_t ez_pub_num_channels(ez_pub *p) {
   size_t n = count_channels(p);
   pthread_mutex_unlock(&p->mu);
   return n;
-}
-
-int ezi_pub_set_local(ez_pub *p, chan *c) {
-  pthread_mutex_lock(&p->mu);
-  int rc = 0;
-  if (c) {
-    c->lr.ops = ezi_rx_in_process.producer; /* (no member yet: they come with the attach) */
-    c->rx = &ezi_rx_in_process;
-    rc = ezi_chan_ring_attach(c, p->next_id);
-    if (!rc) p->local = c;
-  } else if (p->local) { /* the local channel leaves (its members released everything) */
-    ezi_pub_harvest_all(p);
-    for (uint32_t i = 0; i < p->nbuf; i++)
-      if (p->local_t0[i]) { /* cannot happen: a member still held it */
-        p->local_t0[i] = 0;
-        p->in_flight--;
-      }
-    p->local = NULL;
-    ezi_pub_hot_reset(p);
-    ezi_pub_check_sync(p);
-    if (p->waiters) pthread_cond_broadcast(&p->cv);
-  }
-  pthread_mutex_unlock(&p->mu);
-  return rc;
-}
-
-void ezi_pub_hand_over(ez_pub *p, ezi_seg **seg, ezi_seg_chain **retired, uint8_t **hot) {
-  pthread_mutex_lock(&p->mu);
-  ezi_seg_ref(p->seg);
-  *seg = p->seg;
-  *retired = p->retired;
-  p->retired = NULL;
-  ezi_pub_hot_hand_over(p, hot);
-  pthread_mutex_unlock(&p->mu);
 }
 
 /* How long a publisher that lost its graph connection waits for the server's hang-up on its
@@ -149,6 +114,7 @@ static void add_to_ctx(void *arg) {
     ctx->pubs = v;
     ctx->pubs[ctx->n_pubs++] = p;
   }
+  ctx->local_pubs = &ezi_local_pubs; /* (the same for every publisher: pub/publocal.c) */
   pthread_mutex_unlock(&ctx->mu);
 }
 

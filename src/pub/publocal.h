@@ -7,5 +7,8 @@
 
 /* The mode's table (rxmode.h), which ezi_pub_set_local gives the channel it attaches. */
 extern const ezi_rx_mode ezi_rx_in_process;
+/* What a channel of this process asks of its publisher (core/context.h), which every publisher
+ * registers in its context (ctx->local_pubs). */
+extern const ezi_local_pubs_ops ezi_local_pubs;
 
 #endif

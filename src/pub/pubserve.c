@@ -1,9 +1,10 @@
 /* The publisher's I/O-thread half: its graph link (PAUSE, RESUME, SYNC, PROFILE) and its channel
  * server (the CHANNEL handshake, then RX_ACKs that free slots). */
 #include "pub/pubserve.h"
+#include "pub/publisher.h"
+#include "chan/channel.h"
 #include "pub/pubwait.h"
 #include "pub/pubwin.h"
-#include "proc/tracectl.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -35,7 +36,7 @@ static void send_profile(ez_pub *p, uint64_t window_ms) {
   json_t *j =
       ezi_pub_profile(p, (double)(poll ? window_ms - EZI_TRACE_POLL_MS : window_ms) / 1000.0);
   if (poll) { /* traced a while more; what it recorded goes with the answer */
-    json_t *tr = ezi_tracectl_json(ezi_tracectl_poll(p->ctx, &p->trace, p->topic, p->id));
+    json_t *tr = ezi_trace_json(ezi_ctx_trace_poll(p->ctx, &p->trace, p->topic, p->id));
     json_object_set_new(j, "trace", tr ? tr : json_pack("{s[]sI}", "samples", "dropped", 0));
   }
   ezi_outbox_put_profile(p->ctx, &p->gout, j);

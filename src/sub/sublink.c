@@ -8,7 +8,8 @@
 #include "sub/subscriber.h"
 #include "sub/sublink.h"
 #include "chan/channel.h"
-#include "chan/chanreg.h"
+#include "chan/notices.h"
+#include "link/chanreg.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,7 +111,7 @@ static const ezi_member_ops member_ops = {
     .purge = ezi_sub_purge,
     .take_if = ezi_sub_take_if,
     .profile = ezi_sub_member_json,
-    .trace_slot = ezi_sub_trace_slot,
+    .trace_of = ezi_sub_trace_of,
 };
 
 /* Joins l's publisher; with pending, the join finishes in ezi_sub_join_done. */

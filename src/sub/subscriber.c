@@ -6,6 +6,7 @@
 #include "sub/subscriber.h"
 #include "sub/sublink.h"
 #include "chan/channel.h"
+#include "chan/notices.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -20,7 +21,11 @@ const char *ez_sub_id(const ez_sub *s) { return s->id; }
 const char *ez_sub_topic(const ez_sub *s) { return s->topic; }
 const char *ezi_sub_handle(const ez_sub *s) { return s->handle; }
 
-ezi_trace **ezi_sub_trace_slot(ez_sub *s) { return &s->trace; }
+ezi_trace **ezi_sub_trace_of(ez_sub *s, const char **topic, const char **id) {
+  *topic = s->topic;
+  *id = s->id;
+  return &s->trace;
+}
 
 json_t *ezi_sub_member_json(const ez_sub *s, const ezi_window *proc, uint64_t in_flight,
                             uint64_t now, double window_s) {

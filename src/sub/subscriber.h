@@ -85,6 +85,6 @@ const char *ezi_sub_handle(const ez_sub *sub);
  * handle, and a leaky one's bound and what it dropped. */
 json_t *ezi_sub_member_json(const ez_sub *sub, const ezi_window *proc, uint64_t in_flight,
                             uint64_t now, double window_s);
-/* Where s keeps its trace (ezi_member_ops.trace_slot). */
-ezi_trace **ezi_sub_trace_slot(ez_sub *s);
+/* Where s keeps its trace, and its topic and id (ezi_member_ops.trace_of). */
+ezi_trace **ezi_sub_trace_of(ez_sub *s, const char **topic, const char **id);
 #endif

@@ -6,11 +6,10 @@
  * here runs on the I/O thread and never blocks it: a slow or stopped graph server must not stall
  * this process's other links (test_faults: test_rejoin_with_server_stopped). */
 #include "chan/channel.h"
-#include "chan/chanreg.h"
-#include "chan/chanlink.h"
+#include "link/chanreg.h"
+#include "link/chanlink.h"
 #include "chan/notices.h"
 #include "proto/regframe.h"
-#include "proc/tracectl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,10 +42,10 @@ static void trace_members(chan *c, json_t *j) {
   pthread_mutex_unlock(&c->mu);
   for (size_t i = 0; subs && i < n; i++) { /* (the I/O thread: none is destroyed meanwhile) */
     if (!subs[i]) continue;
-    ez_sub *s = subs[i]->sub;
-    ezi_trace *t =
-        ezi_tracectl_poll(c->ctx, subs[i]->ops->trace_slot(s), ez_sub_topic(s), ez_sub_id(s));
-    json_t *o = ezi_tracectl_json(t);
+    const char *topic, *id;
+    ezi_trace **slot = subs[i]->ops->trace_of(subs[i]->sub, &topic, &id);
+    ezi_trace *t = ezi_ctx_trace_poll(c->ctx, slot, topic, id);
+    json_t *o = ezi_trace_json(t);
     if (!o) continue;
     if (!all) all = json_array();
     json_array_extend(all, json_object_get(o, "samples"));
@@ -147,9 +146,11 @@ static void on_register(chan *c, uint32_t ev) {
 static void registered(chan *c, const char *addr) {
   if (c->hs_timer) ezi_loop_cancel(c->ctx->loop, c->hs_timer);
   c->hs_timer = 0;
-  ez_pub *local = ezi_ctx_find_pub(c->ctx, c->pub_id);
+  const ezi_local_pubs_ops *lp = c->ctx->local_pubs;
+  uint32_t nbuf = 0;
+  ez_pub *local = lp ? lp->find(c->ctx, c->pub_id, &nbuf) : NULL;
   if (local) {
-    c->nbuf = ezi_pub_num_buffers(local);
+    c->nbuf = nbuf;
     pthread_mutex_lock(&c->mu);
     c->local_pub = local;
     c->mode = "local";
@@ -180,6 +181,13 @@ int ezi_chan_reg_start(chan *c) {
   c->hs_timer = ezi_loop_timer(
       c->ctx->loop, ezi_now_ns() + (uint64_t)EZ_DEFAULT_TIMEOUT_MS * 1000000u, reg_timeout, c);
   return 0;
+}
+
+chan *ezi_chan_find(ez_context *ctx, const char *pub_id) {
+  for (size_t i = 0; i < ctx->n_chans; i++)
+    if (ctx->chans[i]->state != CH_FAILED && !strcmp(ctx->chans[i]->pub_id, pub_id))
+      return ctx->chans[i];
+  return NULL;
 }
 
 /* ---- creation (I/O thread) ---------------------------------------------------------------- */
@@ -226,7 +234,7 @@ static int chan_create(ez_context *ctx, const char *pub_id, chan **out) {
 int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, ezi_lrecv *rv,
                   const ezi_member_ops *ops, chan_sub **out, bool *pending) {
   pthread_mutex_lock(&ctx->mu);
-  chan *c = ezi_ctx_find_chan(ctx, pub_id); /* a live one: failed channels are skipped */
+  chan *c = ezi_chan_find(ctx, pub_id); /* a live one: failed channels are skipped */
   pthread_mutex_unlock(&ctx->mu);
   bool fresh = false;
   if (!c) {

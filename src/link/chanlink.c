@@ -5,7 +5,7 @@
  * processes that subscribe to each other at the same moment must not wait on each other's I/O
  * threads. Nor for the graph server: a segment is attached (SHM_ATTACH) asynchronously, and the
  * link stops reading from its publisher until that is done. */
-#include "chan/chanlink.h"
+#include "link/chanlink.h"
 #include "chan/notices.h"
 #include "rx/ringchan.h"
 #include "rx/tcpring.h"

@@ -15,6 +15,9 @@ void ezi_chan_graph_close(chan *c);
  * they must outlast the membership) and whose receiver of ring messages is rv. If the channel is
  * still shaking hands with a remote publisher, *pending is set and ops->joined reports the outcome
  * later. 0, EZ_ENOMEM, or the graph server's unreachability (EZ_ENOSERVER...). I/O thread. */
+/* The live channel of this process for publisher pub_id (failed ones are skipped), or NULL
+ * (ctx->mu held by the caller, or the I/O thread). */
+chan *ezi_chan_find(ez_context *ctx, const char *pub_id);
 int ezi_chan_join(ez_context *ctx, const char *pub_id, ez_sub *sub, ezi_lrecv *rv,
                   const ezi_member_ops *ops, chan_sub **out, bool *pending);
 
