@@ -5,7 +5,7 @@
 
 #include "ring/rxmode.h"
 
-/* The mode's table (rxmode.h), which ezi_pub_set_local gives the channel it attaches. */
+/* The mode's table (rxmode.h), which the publisher gives the channel it attaches. */
 extern const ezi_rx_mode ezi_rx_in_process;
 /* What a channel of this process asks of its publisher (core/context.h), which every publisher
  * registers in its context (ctx->local_pubs). */

@@ -10,8 +10,8 @@
  * The ring modes (all but notices) deliver through the channel's ring (ring/localchan.c), which
  * gives its entries back to their producer through the producer's callbacks (`producer`) and
  * knows no producer by name. A channel starts in notices mode (chan_create) and changes mode once,
- * before any member can take a message: a local publisher attaches (ezi_pub_set_local), or a remote
- * one grants a ring or a window (X_RING, X_WIN). */
+ * before any member can take a message: a local publisher attaches (ezi_local_pubs_ops.attach),
+ * or a remote one grants a ring or a window (X_RING, X_WIN). */
 #ifndef EZI_RXMODE_H
 #define EZI_RXMODE_H
 
