@@ -8,7 +8,8 @@
 # its spread. Prints the load average at the start and the end too.
 #
 # Environment: ROUNDS (pairs, default 7), DURATION (s per run, default 1), WARMUP (s, default 0.25),
-# JOBS (build, default 2), KEEP=1 keeps the temporary directory.
+# ROWS (bench/ab.py --rows, e.g. shm:64,shm:1M; default all five), JOBS (build, default 2), KEEP=1
+# keeps the temporary directory.
 set -euo pipefail
 
 [ $# -ge 1 ] || { echo "usage: bench/ab.sh BEFORE [AFTER]" >&2; exit 2; }
@@ -41,5 +42,5 @@ EZA=$TMP/after/build/ezmsg
 export EZMSG_LOG_LEVEL=${EZMSG_LOG_LEVEL:-error}
 echo "ab: load average at the start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
 python3 "$REPO/bench/ab.py" --a "before-${BEFORE:0:9}=$EZB" --b "after-${AFTER:0:9}=$EZA" \
-  --pairs "$ROUNDS" --pin both --duration "$DURATION" --warmup "$WARMUP"
+  --pairs "$ROUNDS" --pin both --duration "$DURATION" --warmup "$WARMUP" ${ROWS:+--rows "$ROWS"}
 echo "ab: load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
