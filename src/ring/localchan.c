@@ -172,29 +172,6 @@ void ezi_lchan_signal_all(ezi_lring *r) {
     if (__atomic_load_n(&r->lsubs[i]->rv->want_signal, SEQ)) ezi_lchan_signal(r->lsubs[i]->rv);
 }
 
-bool ezi_lchan_slot_free(const ezi_lring *r, uint32_t idx, uint64_t *freed_at) {
-  if (__atomic_load_n(&r->ls[idx].refs, SEQ)) return false;
-  *freed_at = r->ls[idx].freed_at;
-  return true;
-}
-
-uint64_t ezi_lchan_msg_id(const ezi_lring *r, uint32_t idx) { return r->ls[idx].msg_id; }
-
-void ezi_lchan_set_wants(ezi_lring *r, uint32_t wants) {
-  __atomic_store_n(&r->pub_wants, wants, SEQ);
-}
-
-uint32_t ezi_lchan_wants(const ezi_lring *r) { return __atomic_load_n(&r->pub_wants, SEQ); }
-
-uint64_t ezi_lchan_published(const ezi_lring *r) { return __atomic_load_n(&r->published, SEQ); }
-
-void ezi_lchan_publish(ezi_lring *r, uint64_t end) { __atomic_store_n(&r->published, end, SEQ); }
-
-bool ezi_lchan_wanted(const ezi_lring *r, uint32_t idx) {
-  uint32_t w = __atomic_load_n(&r->pub_wants, SEQ);
-  return w == EZI_LWANT_ANY || w == idx + 1;
-}
-
 /* ---- receiver side ------------------------------------------------------------------------- */
 
 /* The first id cs may not take yet (s->mu held). `published` only grows, so while cs has not

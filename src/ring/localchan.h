@@ -162,20 +162,39 @@ bool ezi_lchan_put(ezi_lring *r, uint64_t msg_id, const uint8_t *data, size_t le
  * window publishes a read's messages at once, tcpring.c). True if any member will hold it. */
 bool ezi_lchan_fill(ezi_lring *r, uint64_t msg_id, const uint8_t *data, size_t len, uint64_t now,
                     ezi_seg *seg);
+/* On the message path, so inline (the producer's and the receivers' hot loops call them per
+ * message or per batch): */
 /* Publishes every message below `end` at once (after ezi_lchan_fill). */
-void ezi_lchan_publish(ezi_lring *r, uint64_t end);
+static inline void ezi_lchan_publish(ezi_lring *r, uint64_t end) {
+  __atomic_store_n(&r->published, end, __ATOMIC_SEQ_CST);
+}
 /* Every id below this has been put. Any thread. */
-uint64_t ezi_lchan_published(const ezi_lring *r);
+static inline uint64_t ezi_lchan_published(const ezi_lring *r) {
+  return __atomic_load_n(&r->published, __ATOMIC_SEQ_CST);
+}
 /* True (with the time of the last release) once no member holds entry idx. */
-bool ezi_lchan_slot_free(const ezi_lring *r, uint32_t idx, uint64_t *freed_at);
+static inline bool ezi_lchan_slot_free(const ezi_lring *r, uint32_t idx, uint64_t *freed_at) {
+  if (__atomic_load_n(&r->ls[idx].refs, __ATOMIC_SEQ_CST)) return false;
+  *freed_at = r->ls[idx].freed_at;
+  return true;
+}
 /* The message entry idx was last written for. */
-uint64_t ezi_lchan_msg_id(const ezi_lring *r, uint32_t idx);
+static inline uint64_t ezi_lchan_msg_id(const ezi_lring *r, uint32_t idx) {
+  return r->ls[idx].msg_id;
+}
 /* Announces what the producer is about to sleep for (0, entry + 1 or EZI_LWANT_ANY), which the
  * last release of that entry then asks it to be woken for (ezi_lring_ops.freed), and reads it. */
-void ezi_lchan_set_wants(ezi_lring *r, uint32_t wants);
-uint32_t ezi_lchan_wants(const ezi_lring *r);
+static inline void ezi_lchan_set_wants(ezi_lring *r, uint32_t wants) {
+  __atomic_store_n(&r->pub_wants, wants, __ATOMIC_SEQ_CST);
+}
+static inline uint32_t ezi_lchan_wants(const ezi_lring *r) {
+  return __atomic_load_n(&r->pub_wants, __ATOMIC_SEQ_CST);
+}
 /* Whether the producer asked to be woken for entry idx (ezi_lchan_set_wants). */
-bool ezi_lchan_wanted(const ezi_lring *r, uint32_t idx);
+static inline bool ezi_lchan_wanted(const ezi_lring *r, uint32_t idx) {
+  uint32_t w = ezi_lchan_wants(r);
+  return w == EZI_LWANT_ANY || w == idx + 1;
+}
 /* Signals a receiver that asked for it (want_signal; takes its lock). */
 void ezi_lchan_signal(ezi_lrecv *rv);
 /* Signals every member that asked for it (the membership lock held). */
