@@ -49,7 +49,8 @@ typedef struct ezi_rx_mode {
   void (*free)(chan *c);
 
   /* ---- the members */
-  /* cs joins channel c, which is ready (0, EZ_ENOMEM). I/O thread. */
+  /* Optional: cs joins channel c, which is ready (0, EZ_ENOMEM; NULL: the channel's list of
+   * subscribers is all it needs). I/O thread. */
   int (*join)(chan *c, chan_sub *cs);
   /* cs leaves: what it had queued is released, and with release_viewed (its subscriber is being
    * destroyed) what it views too; cs is freed once it holds nothing. I/O thread. */
