@@ -205,17 +205,31 @@ for s in conns:
 time.sleep(0.5)
 ok()
 # Many event streams: beyond half the connection limit they get 503 and the rest still works.
-streams, refused = [], 0
-for i in range(40):
-    s = raw(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", read=False)
-    s.settimeout(5)
-    head = s.recv(200)
-    if status(head) == 503:
-        refused += 1
+# The browser's own stream above counts until the server notices that its connection is gone
+# (its stream writes a ping every second, and the write after the peer left fails): while fewer
+# than 32 are served, that one is still counted, and the round is tried again once it, and this
+# round's streams, had time to go (2.5 s; at most 8 rounds).
+def stream_round():
+    streams, refused = [], 0
+    for i in range(40):
+        s = raw(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", read=False)
+        s.settimeout(5)
+        head = s.recv(200)
+        if status(head) == 503:
+            refused += 1
+            s.close()
+        else:
+            assert status(head) == 200, head
+            streams.append(s)
+    return streams, refused
+for attempt in range(8):
+    streams, refused = stream_round()
+    assert len(streams) + refused == 40 and len(streams) <= 32, (len(streams), refused)
+    if len(streams) == 32:
+        break
+    for s in streams:
         s.close()
-    else:
-        assert status(head) == 200, head
-        streams.append(s)
+    time.sleep(2.5)
 print("  40 event streams: %d served, %d refused with 503" % (len(streams), refused))
 assert len(streams) == 32 and refused == 8, (len(streams), refused)
 ok()
