@@ -2,7 +2,7 @@
  * are neither publishers, channels nor subscribers, only the callbacks it asks for
  * (ezi_lring_ops, ezi_lrecv_ops, chan_sub.done). Order, releases given back once per entry, the
  * producer's and the receivers' sleep and wake-up handshakes across threads, a leaky member, and
- * a member that leaves with messages queued. */
+ * a member that leaves with messages queued, and the undo of a start that failed half way. */
 #include "harness.h"
 #include "ring/localchan.h"
 
@@ -311,12 +311,52 @@ static void test_leave_with_queued(void **state) {
   producer_fini(&p);
 }
 
+/* The undo of a start that failed half way (ezi_lchan_unjoin, as ezi_chan_ring_attach uses it
+ * when a member cannot be added): the members added after `from` leave the ring and their
+ * receivers' lists, and the count of leaky ones goes back, before anything was put. */
+static void test_unjoin(void **state) {
+  (void)state;
+  producer p;
+  receiver a, b;
+  producer_init(&p, 4, true);
+  receiver_init(&a, 0);
+  receiver_init(&b, 3); /* leaky */
+  chan_sub *ca = join(&p, &a), *cb = join(&p, &b);
+  assert_int_equal(p.r.n_lsubs, 2);
+  assert_int_equal(p.r.n_leaky, 1);
+  assert_int_equal(b.rv.n_locals, 1);
+  pthread_mutex_lock(&p.mu);
+  ezi_lchan_unjoin(&p.r, 1); /* b joined after a: b goes */
+  pthread_mutex_unlock(&p.mu);
+  assert_int_equal(p.r.n_lsubs, 1);
+  assert_ptr_equal(p.r.lsubs[0], ca);
+  assert_int_equal(p.r.n_leaky, 0);
+  assert_int_equal(b.rv.n_locals, 0);
+  assert_int_equal(a.rv.n_locals, 1);
+  pthread_mutex_lock(&p.mu);
+  ezi_lchan_unjoin(&p.r, 0);
+  pthread_mutex_unlock(&p.mu);
+  assert_int_equal(p.r.n_lsubs, 0);
+  assert_int_equal(a.rv.n_locals, 0);
+  uint64_t one = 1; /* a put now reaches nobody: the entry is not held */
+  pthread_mutex_lock(&p.mu);
+  assert_false(ezi_lchan_put(&p.r, 1, (const uint8_t *)&one, sizeof one, 0, NULL, NULL));
+  pthread_mutex_unlock(&p.mu);
+  member_done(ca); /* (never members now: freed as their owner would) */
+  member_done(cb);
+  done_calls = 0;
+  receiver_fini(&a);
+  receiver_fini(&b);
+  producer_fini(&p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_order_and_give_back),
       cmocka_unit_test(test_threads_both_sleep),
       cmocka_unit_test(test_leaky_member),
       cmocka_unit_test(test_leave_with_queued),
+      cmocka_unit_test(test_unjoin),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,8 +2,6 @@
 #include "base/trace.h"
 #include "base/internal.h"
 
-#include <jansson.h>
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -18,8 +18,6 @@
 
 const char *ezi_chan_id(const chan *c) { return c->id; }
 
-ez_sub *ezi_chan_sub_owner(const chan_sub *cs) { return cs->sub; }
-
 int ezi_chan_sub_kind(const chan_sub *cs) {
   pthread_mutex_lock(&cs->ch->mu); /* (only while a tool traces: once per traced message) */
   const char *m = cs->ch->mode;
@@ -112,7 +110,7 @@ json_t *ezi_chan_profile(chan *c, double window_s) {
     in_flight += n;
   }
   const char *mode = c->mode;
-  uint32_t window = c->tcp_ring ? c->lr.lsn : 0;
+  uint32_t window = c->rx->window ? c->lr.lsn : 0;
   pthread_mutex_unlock(&c->mu);
   json_object_set_new(j, "type", json_string("channel"));
   json_object_set_new(j, "channel_id", json_string(c->id));
@@ -121,7 +119,7 @@ json_t *ezi_chan_profile(chan *c, double window_s) {
   json_object_set_new(j, "num_buffers", json_integer(c->nbuf));
   json_object_set_new(j, "mode", json_string(mode));
   /* Beyond the reference: notices from an ezmsg-c publisher come through a shared ring */
-  json_object_set_new(j, "shm_ring", json_boolean(c->ring_on));
+  json_object_set_new(j, "shm_ring", json_boolean(c->rx->shared_ring));
   /* ... and TCP messages beyond num_buffers may be in flight (0: the protocol's window) */
   json_object_set_new(j, "tcp_window", json_integer(window));
   json_object_set_new(j, "window_s", json_real(window_s));

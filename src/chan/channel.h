@@ -93,9 +93,8 @@ struct chan {
   chan_slot *slots;
   uint32_t nslot;
   /* TCP window (tcpring.c): an ezmsg-c publisher sent X_WIN. The channel then works as a local
-   * one (its ring lr, of the window's size) whose producer is its own I/O thread. I/O thread only,
-   * except tcp_ring, which is set before any member can see it. */
-  bool tcp_ring;
+   * one (its ring lr, of the window's size) whose producer is its own I/O thread. I/O thread
+   * only. */
   uint64_t win_bytes;   /* the byte budget beyond nbuf messages in flight */
   uint64_t live_bytes;  /* what the unacknowledged messages [wack, published) take */
   uint64_t wack;        /* the first message not acknowledged yet */
@@ -131,7 +130,6 @@ struct chan {
   ezi_seg_chain *kept_retired;
   /* ring mode: a remote ezmsg-c publisher's notices come through a shared ring (shmring.h), and
    * the channel works as a local one whose "publisher" is whoever pulls from the ring */
-  bool ring_on;  /* set once, before any member can see it */
   bool ring_bad; /* atomic: the ring broke the rules: nothing more is pulled, the link is dropped
                   * (set by a puller under pull_mu; read by the I/O thread and pullers) */
   ezi_ring ring;
@@ -217,8 +215,6 @@ void ezi_chan_sub_free(chan_sub *cs);
 void ezi_chan_leave(chan_sub *cs, bool release_viewed);
 /* The publisher of a local channel is going away. I/O thread. */
 void ezi_chan_pub_gone(chan *c);
-/* The subscriber cs belongs to. */
-ez_sub *ezi_chan_sub_owner(const chan_sub *cs);
 /* The kind of cs's channel, as 3.9 names it (ezi_m39_channel). Any thread. */
 int ezi_chan_sub_kind(const chan_sub *cs);
 /* The channel's own id (empty until the graph server gave it one). */

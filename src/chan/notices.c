@@ -221,10 +221,7 @@ static void slot_release(chan_sub *cs, uint64_t msg_id) {
   }
   free_cs = cs->gone && !cs->leaving && cs->in_flight == 0;
   pthread_mutex_unlock(&c->mu);
-  if (free_cs) {
-    ezi_chan_sub_free(cs);
-    ezi_chan_unref(c);
-  }
+  if (free_cs) ezi_chan_sub_done(cs);
 }
 
 int ezi_notices_tcp(chan *c, uint64_t msg_id, uint64_t size, uint8_t *owned, size_t cap,
@@ -294,10 +291,7 @@ static void notices_leave(chan_sub *cs, bool release_viewed) {
   cs->leaving = false;
   bool free_now = cs->in_flight == 0;
   pthread_mutex_unlock(&c->mu);
-  if (free_now) {
-    ezi_chan_sub_free(cs);
-    ezi_chan_unref(c);
-  }
+  if (free_now) ezi_chan_sub_done(cs);
 }
 
 static bool notices_idle(chan_sub *cs) {
@@ -326,7 +320,6 @@ void ezi_notices_free(chan *c) {
 }
 
 const ezi_rx_mode ezi_rx_notices = {
-    .name = "notices",
     .shm_frames = true,
     .frame = notices_frame,
     .read_done = ezi_chan_wake_subs,

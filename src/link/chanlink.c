@@ -242,7 +242,7 @@ static void hs_timeout(void *arg) {
  * it is delivered. One line says why (rate-limited: a peer can make this happen at will). */
 static void drop(chan *c, long err) {
   bool shrunk = (c->seg && ezi_guard_tripped(&c->seg->shm.tripped)) ||
-                (c->ring_on && ezi_guard_tripped(&c->ring.tripped));
+                ezi_guard_tripped(&c->ring.tripped) /* (zero unless mapped) */;
   if (err == EZ_ENOMEM)
     EZI_WARN_RL("channel %s: out of memory for the data of publisher %s; dropping the link (it is "
                 "joined again)",

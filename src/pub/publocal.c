@@ -51,7 +51,6 @@ static const ezi_lring_ops producer = {
 };
 
 const ezi_rx_mode ezi_rx_in_process = {
-    .name = "in-process",
     .ring = true,
     EZI_RING_MEMBER_OPS,
     .producer = &producer,

@@ -25,9 +25,12 @@
 #include <stdint.h>
 
 typedef struct ezi_rx_mode {
-  const char *name; /* for logs */
   /* Messages go through the channel's ring (c->lr) rather than its slots. */
   bool ring;
+  /* What a channel's profile says of its mode beyond the protocol's: notices come through a
+   * shared ring ("shm_ring"); TCP messages beyond num_buffers may be in flight, as many as the
+   * ring holds ("tcp_window"). */
+  bool shared_ring, window;
   /* Its TX_SHM frames name messages in the publisher's segment: the link maps a segment a frame
    * names before the mode sees the frame. */
   bool shm_frames;

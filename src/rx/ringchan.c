@@ -172,7 +172,7 @@ static void ring_seg(chan *c, uint64_t msg_id) {
 }
 
 int ezi_ringchan_start(chan *c, const char *name, size_t n, uint64_t start_id) {
-  if (c->rx->ring || c->ring_on || c->local_pub || !c->seg) return EZ_EPROTO;
+  if (c->rx->ring || c->local_pub || !c->seg) return EZ_EPROTO;
   int rc = ezi_ring_attach(name, n, c->nbuf, &c->ring);
   if (rc) return rc;
   if (ezi_lchan_ring_init(&c->lr, c->nbuf, &ring_producer, c, c->pub_id)) {
@@ -180,7 +180,6 @@ int ezi_ringchan_start(chan *c, const char *name, size_t n, uint64_t start_id) {
     return EZ_ENOMEM;
   }
   pthread_mutex_lock(&c->pull_mu);
-  c->ring_on = true; /* segments are mapped to generations as TX_SHM frames name them */
   c->mode = "shm";
   c->rx = &ezi_rx_shm_ring; /* (c->mu not needed: no member takes yet, nor leaves meanwhile) */
   rc = ezi_chan_ring_attach(c, start_id); /* nothing is held: the publisher waited for that */
@@ -191,7 +190,6 @@ int ezi_ringchan_start(chan *c, const char *name, size_t n, uint64_t start_id) {
 }
 
 static void ring_free(chan *c) {
-  if (!c->ring_on) return;
   for (size_t i = 0; i < sizeof c->gseg / sizeof c->gseg[0]; i++)
     ezi_seg_unref(c->gseg[i].seg);
   ezi_ring_detach(&c->ring);
@@ -232,8 +230,8 @@ static const ezi_lring_ops ring_producer = {
 };
 
 const ezi_rx_mode ezi_rx_shm_ring = {
-    .name = "shm ring",
     .ring = true,
+    .shared_ring = true,
     .shm_frames = true,
     .frame = ring_frame,
     .read_done = ezi_chan_wake_subs,

@@ -60,7 +60,6 @@ int ezi_tcpring_start(chan *c, uint64_t start_id, uint64_t msgs, uint64_t bytes)
     wlen = NULL;
     c->win_bytes = bytes;
     c->wack = c->wnext = c->wscan = start_id;
-    c->tcp_ring = true;
     c->mode = "tcp";
     c->rx = &ezi_rx_tcp_window;
   }
@@ -374,7 +373,7 @@ static void tcpring_acks(ez_context *ctx) {
   /* Channels are created and destroyed on this thread only: the list is stable here. */
   for (size_t i = 0; i < ctx->n_chans; i++) {
     chan *c = ctx->chans[i];
-    if (c->tcp_ring && __atomic_exchange_n(&c->ack_want, 0, SEQ)) scan(c, 1, 0);
+    if (c->rx == &ezi_rx_tcp_window && __atomic_exchange_n(&c->ack_want, 0, SEQ)) scan(c, 1, 0);
   }
 }
 
@@ -384,7 +383,7 @@ static void tcpring_idle(void *arg, bool sleep) {
   ez_context *ctx = arg;
   for (size_t i = 0; i < ctx->n_chans; i++) {
     chan *c = ctx->chans[i];
-    if (!c->tcp_ring || c->state != CH_READY) continue;
+    if (c->rx != &ezi_rx_tcp_window || c->state != CH_READY) continue;
     /* A round that read this channel is not a pause of its stream; a round that did not, or the
      * loop going to sleep, is. */
     bool read = c->wread;
@@ -421,8 +420,8 @@ static const ezi_lring_ops tcp_producer = {
 };
 
 const ezi_rx_mode ezi_rx_tcp_window = {
-    .name = "tcp window",
     .ring = true,
+    .window = true,
     .frame = tcpring_frame,
     .read_done = tcpring_read_done,
     .fill = tcpring_fill,

@@ -226,7 +226,7 @@ static inline void given(ez_sub *s, ez_msg *m) {
 
 /* A traced message is released: its lease time, from ez_recv's return until now. */
 static void lease_sample(chan_sub *cs, const ez_msg *m) {
-  ezi_trace *t = __atomic_load_n(&ezi_chan_sub_owner(cs)->trace, __ATOMIC_ACQUIRE);
+  ezi_trace *t = __atomic_load_n(&cs->sub->trace, __ATOMIC_ACQUIRE);
   if (!t) return;
   uint64_t now = ezi_now_ns();
   ezi_trace_add(t, EZI_TM_LEASE_TIME, now, (double)(now - m->trace_t_), m->msg_id,
