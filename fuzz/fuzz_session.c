@@ -12,7 +12,8 @@
  * edges (a persistent CONNECT in chunk 2) is started afresh. The server takes a lone 21 for a
  * SESSION at once here (ezi_gs_sniff_ns = 0); the harness waits for its answer before chunk 0. */
 #include "fuzz_common.h"
-#include "graph/gs.h"
+#include "graph/graphserver.h"
+#include "base/wire.h"
 
 #define IO_MS 2000
 

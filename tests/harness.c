@@ -139,6 +139,21 @@ int th_count_shm(void) {
   return n;
 }
 
+ez_context *th_open_ctx(const char *window) {
+  if (window) setenv(EZ_TCP_WINDOW_ENV, window, 1);
+  ez_context *ctx = NULL;
+  assert_int_equal(ez_context_open(th_addr, &ctx), 0);
+  unsetenv(EZ_TCP_WINDOW_ENV);
+  return ctx;
+}
+
+void th_wait_count(long long (*get)(ez_context *), ez_context *ctx, long long n, int timeout_ms) {
+  int64_t end = th_now_ms() + timeout_ms;
+  while (get(ctx) != n && th_now_ms() < end)
+    th_sleep_ms(1);
+  assert_int_equal(get(ctx), n);
+}
+
 long long th_chan_window(ez_context *ctx) {
   char *json = NULL;
   assert_int_equal(ez_context_profile(ctx, 1.0, &json), 0);

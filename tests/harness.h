@@ -51,6 +51,12 @@ int th_teardown(void **state);
 int th_count_shm(void);
 /* The TCP window of this process's channel, read from its profile (-1: none). */
 long long th_chan_window(ez_context *ctx);
+/* A context on th_addr whose TCP window setting is `window` (NULL: the default), which
+ * $EZMSG_TCP_WINDOW sets as it opens; asserts it opened. */
+ez_context *th_open_ctx(const char *window);
+/* Polls get(ctx), a count (from the context's profile, say) that changes on another thread,
+ * until it is n; fails the test if it is not within timeout_ms. */
+void th_wait_count(long long (*get)(ez_context *), ez_context *ctx, long long n, int timeout_ms);
 /* Number of open fds of this process. */
 int th_count_fds(void);
 

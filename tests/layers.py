@@ -12,6 +12,11 @@ than two.
 With --objects ARCHIVE (the static library), the same rule holds for calls too: no function calls
 one of a layer above its own, whatever header declares it.
 
+Outside src/: a test, fuzzer or benchmark includes the public header, its own kit's headers and
+the internal headers of at most one layer above proto (base and proto, the foundation and the
+bytes of the wire that a test writes as a peer would, are open to all of them); an example
+includes the public header only.
+
 usage: layers.py SRC_DIR [--report] [--objects ARCHIVE]
 """
 import os, re, sys
@@ -113,6 +118,36 @@ def sccs(g):
 for c in sccs(edges):
     if len(c) > 2:
         errors.append("a circle of %d modules: %s" % (len(c), " ".join(c)))
+
+
+def check_clients():
+    """The include rule of tests/, fuzz/, bench/ and examples/ (the docstring above)."""
+    errs = []
+    for folder in ("tests", "fuzz", "bench", "examples"):
+        d = os.path.join(root, folder)
+        for name in sorted(os.listdir(d)) if os.path.isdir(d) else ():
+            if not name.endswith((".c", ".h")):
+                continue
+            layers = {}
+            for n, line in enumerate(open(os.path.join(d, name)), 1):
+                m = inc_re.match(line)
+                if not m or "/" not in m.group(1) or m.group(1).startswith(("ezmsg/", "..")):
+                    continue
+                layer = m.group(1).split("/", 1)[0]
+                if layer not in RANK:
+                    continue  # another project's header (bench/'s peers)
+                if folder == "examples":
+                    errs.append(f"{folder}/{name}:{n}: an example includes only ezmsg/ezmsg.h")
+                elif layer not in ("base", "proto"):
+                    layers.setdefault(layer, n)
+            if len(layers) > 1:
+                errs.append(f"{folder}/{name}: includes the headers of %d layers above proto (%s): "
+                            "one at most" % (len(layers), ", ".join(
+                                f"{l} at line {n}" for l, n in sorted(layers.items()))))
+    return errs
+
+
+errors += check_clients()
 
 
 def check_calls(archive):

@@ -2,7 +2,8 @@
 # The layer rule (docs/architecture.md, "Layers"): no file of src/ includes a header of a layer
 # above its own, except the upward includes listed in tests/layers.allow; no circle of more than
 # two modules; and no function calls one of a layer above its own (read from the static library's
-# objects), whatever header declares it. The check itself is tests/layers.py.
+# objects), whatever header declares it; tests, fuzzers and benchmarks include the internal headers
+# of one layer above proto at most, examples none. The check itself is tests/layers.py.
 source "$(dirname "$0")/lib.sh"
 EZ_SRC=${EZ_SRC:?EZ_SRC must name the source directory}
 EZ_BUILD=${EZ_BUILD:?EZ_BUILD must name the build directory}

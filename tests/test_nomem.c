@@ -18,8 +18,8 @@
  * - A publisher in this process whose outbox to a TCP channel cannot grow (src/core/context.c): the
  *   frame is lost with the link, the subscriber in another process joins again, and what it
  *   prints is whole messages in order, the stream going on after the failure.
- * - The tick that expires sampled stamps (src/base/stamptick.c) cannot get its timer or the post that
- *   starts it: it stops, and the next sampled stamp starts it again. */
+ * - The tick that expires sampled stamps (src/base/stamptick.c) cannot get its timer or the post
+ * that starts it: it stops, and the next sampled stamp starts it again. */
 #include "chan/channel.h"
 #include "harness.h"
 #include "base/loop.h"

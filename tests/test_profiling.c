@@ -4,7 +4,6 @@
  * and its conventions are in profiling.h. */
 #include "profiling.h"
 #include "rawproto.h"
-#include "core/context.h"
 #include "pub/pubstate.h"
 #include "base/telclock.h"
 

@@ -1,8 +1,9 @@
 /* Our graph server in the released dialect (ezmsg 3.9.0), driven by fake 3.9 clients speaking its
  * bytes by hand: GraphContext sessions (their own edges, metadata, snapshots, settings), process
  * connections (units, routed requests and their bounds, settings, traces), the event streams, and
- * bad input in each. Payloads are built and read with meta39 (src/proto/meta39.h), and checked against
- * pickles Python 3.9.0 made (tests/corpus/meta39/). docs/protocol39.md describes the bytes. */
+ * bad input in each. Payloads are built and read with meta39 (src/proto/meta39.h), and checked
+ * against pickles Python 3.9.0 made (tests/corpus/meta39/). docs/protocol39.md describes the bytes.
+ */
 #include "fake39.h"
 #include "harness.h"
 #include "proto/meta39.h"
@@ -201,6 +202,100 @@ static void test_session_metadata_and_settings(void **state) {
   ezi_pk_doc_free(d);
   close(s2);
   free(meta);
+}
+
+/* The settings events after `after` (SESSION_SETTINGS_EVENTS on session fd), into *ev (in *d). */
+static size_t settings_events(int fd, const char *after, ezi_pk_doc **d,
+                              ezi_m39_settings_event **ev) {
+  rp_wr_u8(fd, EZI_SESSION_SETTINGS_EVENTS);
+  rp_wr_str(fd, after);
+  size_t len, n;
+  uint8_t *pk = f39_rd_pickle(fd, &len);
+  rp_expect_u8(fd, EZI_COMPLETE);
+  const ezi_pk *root;
+  assert_int_equal(ezi_pk_load(pk, len, NULL, d, &root, NULL), 0);
+  free(pk);
+  assert_int_equal(
+      ezi_m39_parse_list(*d, &EZI_M39_SETTINGS_CHANGED_EVENT, root, (void **)ev, &n, NULL), 0);
+  return n;
+}
+
+/* The "gain" of a settings value's repr (a dict, as 3.9.0 makes it). */
+static double gain_of(const ezi_m39_settings_value *v) {
+  assert_int_equal(v->repr_value->type, EZI_PK_DICT);
+  const ezi_pk *g = ezi_pk_dict_get(v->repr_value, "gain");
+  assert_non_null(g);
+  return g->u.f;
+}
+
+/* A process's settings update wins over the metadata's initial value and says whose it is; one
+ * for a unit the process does not own is refused; when the process leaves, the initial value
+ * comes back with an event that names the session and no process. */
+static void test_process_settings(void **state) {
+  (void)state;
+  size_t nmeta, n;
+  uint8_t *meta = tv_load("meta39", "graph_metadata.bin", &nmeta);
+  uint8_t *upd = tv_load("meta39", "settings_update.bin", &n);
+  assert_non_null(meta);
+  assert_non_null(upd);
+  char sid[64], pid_[64];
+  int s = f39_session(sid);
+  f39_wr_payload(s, EZI_SESSION_REGISTER, meta, nmeta);
+  rp_expect_u8(s, EZI_COMPLETE);
+  ezi_pk_doc *d;
+  ezi_m39_settings_event *ev;
+  size_t first = settings_events(s, "0", &d, &ev); /* the INITIAL_SETTINGS ones */
+  double initial = -1;
+  for (size_t i = 0; i < first; i++)
+    if (!strcmp(ev[i].component_address, "SYS/G")) initial = gain_of(&ev[i].value);
+  assert_true(initial == 3.0); /* Gain(GainSettings(gain=3.0)) */
+  ezi_pk_doc_free(d);
+
+  const char *units[] = {"SYS/G"};
+  int p = f39_process(pid_, units, 1, EZI_COMPLETE);
+  ezi_m39_settings_update up;
+  ezi_pk_doc *ud;
+  assert_int_equal(ezi_m39_load(&EZI_M39_PROCESS_SETTINGS_UPDATE, upd, n, &ud, &up, NULL), 0);
+  f39_wr_payload(p, EZI_PROCESS_SETTINGS_UPDATE, upd, n); /* SYS/U1: not its unit */
+  rp_expect_u8(p, EZI_ERROR);
+  up.component_address = "SYS/G";
+  uint8_t *pk;
+  size_t len;
+  assert_int_equal(ezi_m39_dump(&EZI_M39_PROCESS_SETTINGS_UPDATE, &up, &pk, &len, NULL), 0);
+  ezi_pk_doc_free(ud);
+  f39_wr_payload(p, EZI_PROCESS_SETTINGS_UPDATE, pk, len);
+  rp_expect_u8(p, EZI_COMPLETE);
+  free(pk);
+
+  char after[32];
+  snprintf(after, sizeof after, "%zu", first);
+  assert_int_equal(settings_events(s, after, &d, &ev), 1);
+  assert_int_equal(ev[0].event_type, EZI_M39_SETTINGS_UPDATED);
+  assert_string_equal(ev[0].component_address, "SYS/G");
+  assert_string_equal(ev[0].source_session_id, sid); /* the metadata's session */
+  assert_string_equal(ev[0].source_process_id.s, pid_);
+  assert_true(gain_of(&ev[0].value) == 2.0); /* the process's value */
+  ezi_pk_doc_free(d);
+
+  close(p); /* the metadata's value comes back */
+  snprintf(after, sizeof after, "%zu", first + 1);
+  size_t k = 0;
+  for (int i = 0; i < 500 && !k; i++) {
+    k = settings_events(s, after, &d, &ev);
+    if (!k) {
+      ezi_pk_doc_free(d);
+      th_sleep_ms(10);
+    }
+  }
+  assert_int_equal(k, 1);
+  assert_int_equal(ev[0].event_type, EZI_M39_SETTINGS_UPDATED);
+  assert_string_equal(ev[0].source_session_id, sid);
+  assert_false(ev[0].source_process_id.has);
+  assert_true(gain_of(&ev[0].value) == initial);
+  ezi_pk_doc_free(d);
+  close(s);
+  free(meta);
+  free(upd);
 }
 
 /* ---- processes and routed requests ---------------------------------------------------------- */
@@ -627,6 +722,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_session_edge_reaches_subscriber, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_session_or_profile, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_session_metadata_and_settings, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_process_settings, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_route_request, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_route_bounds, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_topology_stream, th_setup, th_teardown),

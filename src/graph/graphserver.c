@@ -7,8 +7,11 @@
  * an answer to, one FIFO per kind of answer, since clients answer each kind in order. */
 #include "proto/dialect.h"
 #include "graph/graphserver.h"
-#include "graph/gs.h"
-#include "graph/gs_released.h"
+#include "graph/gs_conn.h"
+#include "graph/gs_process.h"
+#include "graph/gs_session.h"
+#include "graph/gs_settings.h"
+#include "graph/gs_stream.h"
 #include "base/acceptor.h"
 #include "proto/dag.h"
 #include "proto/gsparse.h"
@@ -28,7 +31,8 @@
 
 /* ---- segments ------------------------------------------------------------------------------ */
 
-void ezi_gs_seg_release(server *s, segment *g) {
+/* Drops one lease of a segment; the last one removes its name. */
+static void seg_release(server *s, segment *g) {
   if (--g->leases > 0) return;
   ezi_shm_unlink(g->name);
   close(g->hold_fd); /* after the unlink: a sweep never finds the name unheld */
@@ -42,6 +46,9 @@ void ezi_gs_seg_release(server *s, segment *g) {
   s->n_segs--;
   free(g);
 }
+
+/* A lease's connection closed (its `closed`). */
+static void lease_closed(conn *c) { seg_release(c->srv, c->lease); }
 
 /* $name in MiB (a positive integer), else def (bytes); a bad value is logged. */
 static uint64_t env_mib(const char *name, uint64_t def) {
@@ -111,7 +118,9 @@ static void registry_add(server *s, json_t *doc) {
   free(v);
 }
 
-void ezi_gs_reply_profile(op *o) {
+/* A finished PROFILE op (its `answer`): the profiles gathered, and the registry, to the
+ * requester. */
+static void reply_profile(op *o) {
   json_t *doc = json_object(), *pubs = json_array(), *chans = json_array();
   json_object_set_new(doc, "window_s", json_real((double)o->window_ms / 1000.0));
   for (size_t i = 0; i < o->n_results; i++) {
@@ -145,6 +154,7 @@ static bool profiled(const server *s, const conn *k) {
 static void handle_profile(server *s, conn *c, uint64_t window_ms) {
   op *o = ezi_gs_op_new(s, OP_PROFILE, c);
   if (!o) return ezi_gs_close(c);
+  o->answer = reply_profile;
   o->window_ms = window_ms;
   size_t n = 0;
   for (conn *k = s->conns; k; k = k->next)
@@ -308,6 +318,7 @@ static void handle_shm(server *s, conn *c, uint8_t cmd, uint64_t nbuf, uint64_t 
   }
   g->leases++;
   c->lease = g;
+  c->closed = lease_closed;
   c->st = C_LEASE;
   ezi_buf b = {0};
   ezi_buf_put_u8(&b, EZI_COMPLETE);
@@ -523,7 +534,9 @@ static long parse_one(server *s, conn *c) {
   return c->dead ? -1 : used;
 }
 
-bool ezi_gs_consume(conn *c) {
+/* Parses and handles the requests c has buffered (the server's `consume`). False if c was
+ * closed. */
+static bool consume(conn *c) {
   for (;;) {
     long used = parse_one(c->srv, c);
     if (used < 0) return false;
@@ -554,7 +567,7 @@ static void on_conn(ezi_watch *w, uint32_t ev) {
       }
       if (n == 0) break;
       if (c->need > ezi_buf_pending(&c->in)) continue;
-      if (!ezi_gs_consume(c)) return;
+      if (!consume(c)) return;
       if (ezi_buf_pending(&c->in) >= IN_LIMIT) return ezi_gs_proto_error(c, "request too large");
     }
     /* A connection with nothing buffered keeps no input buffer (it goes back to be the spare):
@@ -620,7 +633,7 @@ static void *server_thread(void *arg) {
   ezi_gs_reap(s);
   while (s->segs) {
     s->segs->leases = 1;
-    ezi_gs_seg_release(s, s->segs);
+    seg_release(s, s->segs);
   }
   pthread_mutex_lock(&s->mu);
   s->stopped = true;
@@ -659,6 +672,7 @@ int ez_server_start_opts(const char *address, const ez_server_opts *opts, ez_ser
   s->max_conns = opts && opts->max_clients ? (size_t)opts->max_clients : MAX_CONNS;
   s->dialect = opts && opts->dialect ? opts->dialect : ezi_dialect_forced();
   if (!s->dialect) s->dialect = EZ_DIALECT_RELEASED;
+  s->consume = consume;
   s->greeting = s->dialect == EZ_DIALECT_PROFILING ? EZ_VERSION_PROFILING : EZ_VERSION;
   shm_limits(s);
   int rc = ezi_loop_new(&s->loop);

@@ -1,8 +1,16 @@
-/* The graph server's private parts, shared by its files: graphserver.c (lifecycle, connections
- * accepted, the requests of both dialects' common protocol), gs_conn.c (connection I/O, the ops
- * that wait for other clients' answers, topology updates), and the released dialect's sessions,
- * processes and streams (gs_session.c, gs_process.c, gs_stream.c). All of it runs on the
- * server's one thread. */
+/* The graph server's state, shared by its files: the server, its connections and the ops that
+ * wait for other clients' answers. Types and bounds only; each file declares its functions in a
+ * header of its own, lowest first:
+ *   gs_conn.h      connection I/O, ops, topology updates (calls nothing above it: what a
+ *                  connection's role must do when it closes, and what answers an op, are hooks
+ *                  set by the file that gave it that role or made that op)
+ *   gs_traces.h    a process's buffer of profiling trace samples
+ *   gs_stream.h    the released dialect's event histories and event / trace streams
+ *   gs_settings.h  its component settings
+ *   gs_process.h   its process connections and the requests routed to them
+ *   gs_session.h   its sessions
+ *   graphserver.h  the server: lifecycle, connections accepted, requests parsed and dispatched
+ * All of it runs on the server's one thread. */
 #ifndef EZI_GS_H
 #define EZI_GS_H
 
@@ -29,9 +37,6 @@
  * dialect PROFILE follow within this long (a client sends them with the command byte, or right
  * after it: Python's writes are two send calls, microseconds apart). */
 #define SNIFF_NS 50000000ull
-/* SNIFF_NS, as every server in this process uses it: a fuzz target sets it to 0 (its sessions
- * send nothing after 21 until answered). Set it before starting servers. */
-extern uint64_t ezi_gs_sniff_ns;
 /* What the server keeps of the released dialect's history (as 3.9.0's defaults): events of each
  * kind, and trace samples per process (also at most TRACE_BYTES of them). */
 #define EVENT_HISTORY 10000
@@ -96,6 +101,9 @@ struct op {
   uint64_t timer;
   server *srv;
   uint8_t reply; /* OP_SESSION: the byte to answer (COMPLETE, CYCLIC) */
+  /* OP_PROFILE, OP_SESSION: answers the requester once the op is finished (set by whoever made
+   * the op; gs_conn.c calls it and names no answer of its own) */
+  void (*answer)(op *o);
   /* OP_PROFILE */
   uint64_t window_ms;
   size_t n_results;
@@ -109,6 +117,7 @@ typedef struct gs_stream gs_stream;   /* gs_stream.c */
 typedef struct gs_route gs_route;     /* gs_process.c: a process request waiting for its answer */
 typedef struct gs_setting gs_setting; /* gs_settings.c */
 typedef struct gs_events gs_events;   /* gs_stream.c */
+typedef struct gs_traces gs_traces;   /* gs_traces.c */
 
 typedef struct segment {
   char name[64];
@@ -147,6 +156,10 @@ struct conn {
   gs_session *sess;  /* C_SESSION */
   gs_process *proc;  /* C_PROCESS */
   gs_stream *stream; /* C_STREAM */
+  gs_traces *traces; /* C_PROCESS: its trace samples (owned by its gs_process) */
+  /* What the connection's role lets go of when it closes (a session, a process, a stream, a
+   * lease): set by the file that gave it the role, called once by ezi_gs_close. */
+  void (*closed)(conn *c);
   conn *prev, *next;
   /* C_PUB and C_SUB: its place in the server's list of those (pubs, subs); C_PUB: in the chain
    * of its bucket of pub_ids */
@@ -182,62 +195,13 @@ struct ez_server {
   size_t n_settings, cap_settings;
   gs_events *settings_events, *topology_events;
   const char *greeting; /* what every connection is greeted with, by the dialect */
+  /* Parses and handles what c has buffered (graphserver.c's request parser), for a session
+   * going on once its request is answered (ezi_gs_answered). False if c was closed. */
+  bool (*consume)(conn *c);
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool stopped;
 };
-
-/* ---- gs_conn.c ------------------------------------------------------------------------------ */
-
-/* Waiter queues: pushes o (its reference) at slot; pops the oldest. */
-int ezi_gs_wq_push(wqueue *q, op *o, size_t slot);
-bool ezi_gs_wq_pop(wqueue *q, waiter *out);
-
-/* A new op (reference held until it finishes) answering `req` (NULL: nobody). */
-op *ezi_gs_op_new(server *s, opkind kind, conn *req);
-void ezi_gs_op_unref(op *o);
-/* Finishes the op: its requester gets its answer, the timer is cancelled. Idempotent. */
-void ezi_gs_op_finish(op *o);
-/* One expected answer arrived (or its client left). */
-void ezi_gs_op_answer(op *o);
-/* Called once every request of the op is sent: finishes at once if nothing is due, else arms its
- * timer (timeout_ns 0: none). */
-void ezi_gs_op_launch(op *o, uint64_t timeout_ns);
-
-/* UPDATE to subscriber `sub` (listing every publisher upstream of its topic); o waits for it. */
-void ezi_gs_notify_sub(server *s, conn *sub, op *o);
-/* UPDATE to every subscriber downstream of `topic` (only the ezmsg-c ones, which sent X_CLIENT,
- * with ezc_only). */
-void ezi_gs_notify_down(server *s, const char *topic, op *o, bool ezc_only);
-/* c has just become C_PUB or C_SUB: enters the server's lists (and a publisher its id index). */
-void ezi_gs_registered(server *s, conn *c);
-/* The registered publisher with id (n bytes), or NULL. */
-conn *ezi_gs_find_pub(server *s, const char *id, size_t n);
-
-/* Queues bytes to a client and writes what the socket takes now; a client past OUT_LIMIT is
- * dropped (closed on the next loop turn, so callers iterating clients stay safe). */
-void ezi_gs_send(conn *c, const ezi_buf *b);
-/* The one-shot request is answered: hang up once the answer is out and the peer has closed. */
-void ezi_gs_finish(conn *c);
-/* Closes a connection and unregisters its client. The struct stays readable (c->dead) until the
- * current callback returns. */
-void ezi_gs_close(conn *c);
-/* The socket is writable: writes what is queued. True if that failed and c was closed. */
-bool ezi_gs_writable(conn *c);
-/* Frees the connections closed since the last call (a loop timer; arg is the server). */
-void ezi_gs_reap(void *arg);
-/* Logs the peer's protocol error and closes the connection. */
-void ezi_gs_proto_error(conn *c, const char *what);
-
-/* ---- graphserver.c -------------------------------------------------------------------------- */
-
-/* Parses and handles the requests c has buffered (after a session's answer, say). False if c
- * was closed. */
-bool ezi_gs_consume(conn *c);
-/* Answers a finished PROFILE op. */
-void ezi_gs_reply_profile(op *o);
-/* Drops one lease of a segment; the last one removes its name. */
-void ezi_gs_seg_release(server *s, segment *g);
 
 #endif

@@ -1,7 +1,6 @@
 /* The graph server's connections: their I/O and lifetime, the ops that wait for other clients'
- * answers, and the UPDATEs that tell subscribers of topology changes (gs.h). */
-#include "graph/gs.h"
-#include "graph/gs_released.h"
+ * answers, and the UPDATEs that tell subscribers of topology changes (gs_conn.h). */
+#include "graph/gs_conn.h"
 #include "base/strlist.h"
 
 #include <stdio.h>
@@ -78,9 +77,11 @@ void ezi_gs_op_finish(op *o) {
       ezi_gs_send(r, &b);
       ezi_gs_finish(r);
       break;
-    case OP_PROFILE: ezi_gs_reply_profile(o); break;
+    case OP_PROFILE:
+    case OP_SESSION:
+      if (o->answer) o->answer(o);
+      break;
     case OP_NOTIFY: break;
-    case OP_SESSION: ezi_gs_session_reply(o); break;
     }
   }
   o->req = NULL;
@@ -317,6 +318,18 @@ void ezi_gs_finish(conn *c) {
     c->linger_timer = ezi_loop_timer(c->srv->loop, ezi_now_ns() + LINGER_NS, linger_timeout, c);
 }
 
+static void resume(void *arg) {
+  conn *c = arg;
+  c->resume_timer = 0;
+  c->srv->consume(c);
+}
+
+void ezi_gs_answered(conn *c) {
+  if (c->dead) return;
+  c->busy = false;
+  if (!c->resume_timer) c->resume_timer = ezi_loop_timer(c->srv->loop, 0, resume, c);
+}
+
 static void drain_waiters(conn *c) {
   waiter w;
   while (ezi_gs_wq_pop(&c->complete_q, &w)) {
@@ -369,10 +382,7 @@ void ezi_gs_close(conn *c) {
   if (c->sniff_timer) ezi_loop_cancel(s->loop, c->sniff_timer);
   if (c->resume_timer) ezi_loop_cancel(s->loop, c->resume_timer);
   c->sniff_timer = c->resume_timer = 0;
-  ezi_gs_session_closed(s, c); /* (each a no-op for connections of other kinds) */
-  ezi_gs_process_closed(s, c);
-  ezi_gs_stream_closed(s, c);
-  if (c->lease) ezi_gs_seg_release(s, c->lease);
+  if (c->closed) c->closed(c);
   if (was == C_PUB) {
     /* Beyond the reference: tell the ezmsg-c subscribers downstream that this publisher is
      * gone. Not Python ones: neither reference server sends them an UPDATE then, and 3.9.0's

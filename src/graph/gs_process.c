@@ -8,19 +8,16 @@
  * trace samples and TRACE_BYTES of them (the oldest go first). A payload that does not parse as
  * what its command carries is answered ERROR (where the command has an answer) and the
  * connection is closed, with one log line. */
-#include "graph/gs_released.h"
+#include "graph/gs_process.h"
+#include "graph/gs_conn.h"
+#include "graph/gs_settings.h"
+#include "graph/gs_stream.h"
+#include "graph/gs_traces.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct gs_sample {
-  int64_t seq;
-  ezi_m39_trace_sample s; /* its strings in `strs` */
-  char *strs;
-  size_t bytes;
-} gs_sample;
 
 struct gs_process {
   bool registered;
@@ -28,9 +25,6 @@ struct gs_process {
   char *host;
   char **units; /* sorted, unique */
   size_t n_units;
-  gs_sample *samples; /* a ring of cap */
-  size_t head, n, cap, bytes;
-  int64_t seq; /* the last sample's */
 };
 
 struct gs_route {
@@ -59,13 +53,13 @@ static bool has_unit(const gs_process *p, const char *u) {
   return false;
 }
 
-bool ezi_gs_process_owns(const conn *c, const char *address) {
+static bool owns(const conn *c, const char *address) {
   return c->st == C_PROCESS && has_unit(c->proc, address);
 }
 
 conn *ezi_gs_process_of_unit(server *s, const char *address) {
   for (conn *c = s->conns; c; c = c->next)
-    if (ezi_gs_process_owns(c, address)) return c;
+    if (owns(c, address)) return c;
   return NULL;
 }
 
@@ -135,76 +129,6 @@ static const char *conflict(server *s, conn *c, const ezi_m39_strs *units) {
   return NULL;
 }
 
-/* ---- traces --------------------------------------------------------------------------------- */
-
-static void sample_drop_oldest(gs_process *p) {
-  gs_sample *x = &p->samples[p->head];
-  p->bytes -= x->bytes;
-  free(x->strs);
-  p->head = (p->head + 1) % p->cap;
-  p->n--;
-}
-
-/* Copies sample t into p's buffer (the oldest go when it is full). */
-static void sample_add(gs_process *p, const ezi_m39_trace_sample *t) {
-  size_t ne = strlen(t->endpoint_id) + 1, nt = strlen(t->topic) + 1, nm = strlen(t->metric) + 1;
-  size_t bytes = sizeof(gs_sample) + ne + nt + nm;
-  if (bytes > TRACE_BYTES) return;
-  while (p->n && (p->n == TRACE_SAMPLES || p->bytes + bytes > TRACE_BYTES))
-    sample_drop_oldest(p);
-  if (p->n == p->cap) {
-    size_t cap = p->cap ? p->cap * 2 : 256;
-    if (cap > TRACE_SAMPLES) cap = TRACE_SAMPLES;
-    gs_sample *v = malloc(cap * sizeof *v);
-    if (!v) return;
-    for (size_t i = 0; i < p->n; i++)
-      v[i] = p->samples[(p->head + i) % p->cap];
-    free(p->samples);
-    p->samples = v;
-    p->cap = cap;
-    p->head = 0;
-  }
-  char *strs = malloc(ne + nt + nm);
-  if (!strs) return;
-  memcpy(strs, t->endpoint_id, ne);
-  memcpy(strs + ne, t->topic, nt);
-  memcpy(strs + ne + nt, t->metric, nm);
-  gs_sample *x = &p->samples[(p->head + p->n++) % p->cap];
-  *x = (gs_sample){.seq = ++p->seq, .s = *t, .strs = strs, .bytes = bytes};
-  p->bytes += bytes;
-  x->s.endpoint_id = strs;
-  x->s.topic = strs + ne;
-  x->s.metric = strs + ne + nt;
-}
-
-int ezi_gs_process_trace_batch(conn *c, int64_t after, size_t max, ezi_m39_trace_batch *b,
-                               int64_t *upto, uint64_t *lost) {
-  gs_process *p = c->proc;
-  *b = (ezi_m39_trace_batch){.pid = p->registered ? p->pid : -1,
-                             .host = p->registered && p->host ? p->host : ""};
-  b->process_id.has = true;
-  memcpy(b->process_id.s, c->id, 37);
-  *upto = after;
-  *lost = 0;
-  size_t first = 0; /* the first kept sample after `after` (seq is consecutive in the ring) */
-  int64_t oldest = p->n ? p->samples[p->head].seq : p->seq + 1;
-  if (after >= oldest)
-    first = (size_t)(after - oldest + 1);
-  else if (after > 0) { /* what this reader had not taken went to make room */
-    *lost = (uint64_t)(oldest - 1 - after);
-    *upto = oldest - 1;
-  }
-  if (first >= p->n) return 0;
-  size_t k = p->n - first < max ? p->n - first : max;
-  b->samples = malloc(k * sizeof *b->samples);
-  if (!b->samples) return EZ_ENOMEM;
-  for (size_t i = 0; i < k; i++)
-    b->samples[i] = p->samples[(p->head + first + i) % p->cap].s;
-  b->n_samples = k;
-  *upto = p->samples[(p->head + first + k - 1) % p->cap].seq;
-  return 0;
-}
-
 /* ---- routed requests ------------------------------------------------------------------------ */
 
 static void route_free(server *s, gs_route *r) {
@@ -227,7 +151,7 @@ static void answer_pickle(conn *c, const uint8_t *pk, size_t n) {
   ezi_buf_put_u8(&b, EZI_COMPLETE);
   ezi_gs_send(c, &b);
   ezi_buf_free(&b);
-  ezi_gs_session_answered(c);
+  ezi_gs_answered(c);
 }
 
 /* Answers session c with an error response of its own making. */
@@ -367,9 +291,14 @@ static void on_route_response(server *s, conn *c, const uint8_t *pl, size_t npl)
 
 /* ---- the connection ------------------------------------------------------------------------- */
 
+static void process_closed(conn *c);
+
 void ezi_gs_process_open(server *s, conn *c) {
+  (void)s;
   c->proc = calloc(1, sizeof *c->proc);
-  if (!c->proc) return ezi_gs_close(c);
+  c->traces = ezi_gs_traces_new();
+  c->closed = process_closed;
+  if (!c->proc || !c->traces) return ezi_gs_close(c);
   c->st = C_PROCESS;
   ezi_uuid(c->id);
   ezi_buf b = {0};
@@ -421,6 +350,7 @@ void ezi_gs_process_request(server *s, conn *c, const ezi_gs_req *q) {
     p->host = host;
     p->pid = reg.pid;
     p->registered = true;
+    ezi_gs_traces_owner(c->traces, p->pid, p->host);
     if (changed) ezi_gs_topology_event(s, EZI_M39_PROCESS_CHANGED, NULL, 0, NULL, c->id);
     answer_byte(c, EZI_COMPLETE);
     break;
@@ -453,7 +383,13 @@ void ezi_gs_process_request(server *s, conn *c, const ezi_gs_req *q) {
       bad_payload(c, "an update that is not a ProcessSettingsUpdate", &err, true);
       break;
     }
-    answer_byte(c, ezi_gs_settings_process_update(s, c, &up, d) ? EZI_ERROR : EZI_COMPLETE);
+    int rc = EZ_EPROTO;
+    if (!has_unit(p, up.component_address))
+      EZI_WARN("graph server: process %s reported settings of %.200s, which it does not own", c->id,
+               up.component_address);
+    else
+      rc = ezi_gs_settings_process_update(s, c->id, &up, d);
+    answer_byte(c, rc ? EZI_ERROR : EZI_COMPLETE);
     break;
   }
   case EZI_PROCESS_PROFILING_TRACE_UPDATE: {
@@ -463,7 +399,7 @@ void ezi_gs_process_request(server *s, conn *c, const ezi_gs_req *q) {
       break;
     }
     for (size_t i = 0; i < tb.n_samples; i++)
-      sample_add(p, &tb.samples[i]);
+      ezi_gs_traces_add(c->traces, &tb.samples[i]);
     break;
   }
   case EZI_PROCESS_ROUTE_RESPONSE: on_route_response(s, c, q->pl, q->npl); break;
@@ -476,8 +412,13 @@ void ezi_gs_process_request(server *s, conn *c, const ezi_gs_req *q) {
   ezi_pk_doc_free(d);
 }
 
-void ezi_gs_process_closed(server *s, conn *c) {
+/* The connection's `closed`: requests routed to it are answered PROCESS_DISCONNECTED, its
+ * settings are undone, its traces dropped, and a PROCESS_CHANGED event says so. */
+static void process_closed(conn *c) {
+  server *s = c->srv;
   gs_process *p = c->proc;
+  ezi_gs_traces_free(c->traces);
+  c->traces = NULL;
   if (!p) return;
   for (gs_route *r = s->routes, *n; r; r = n) {
     n = r->next;
@@ -489,11 +430,8 @@ void ezi_gs_process_closed(server *s, conn *c) {
     answer_error(sess, id, EZI_M39_ERR_PROCESS_DISCONNECTED,
                  "Owning process disconnected before response", c->id);
   }
-  ezi_gs_settings_process_gone(s, c);
+  ezi_gs_settings_process_gone(s, c->id);
   ezi_gs_topology_event(s, EZI_M39_PROCESS_CHANGED, NULL, 0, NULL, c->id);
-  while (p->n)
-    sample_drop_oldest(p);
-  free(p->samples);
   for (size_t i = 0; i < p->n_units; i++)
     free(p->units[i]);
   free(p->units);

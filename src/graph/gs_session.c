@@ -2,8 +2,12 @@
  * when it closes), it may register the graph's metadata, read snapshots of the graph and the
  * settings, and route requests to processes. Requests are answered in order, one at a time:
  * while one waits (for subscribers' UPDATE answers, or a process), the next waits unparsed. */
-#include "graph/gs_released.h"
+#include "graph/gs_session.h"
 #include "base/strlist.h"
+#include "graph/gs_conn.h"
+#include "graph/gs_process.h"
+#include "graph/gs_settings.h"
+#include "graph/gs_stream.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,42 +24,18 @@ struct gs_session {
   const ezi_pk *meta;
 };
 
-const ezi_pk *ezi_gs_session_meta(const conn *c) { return c->sess ? c->sess->meta : NULL; }
-ezi_pk_doc *ezi_gs_session_meta_doc(const conn *c) { return c->sess ? c->sess->meta_doc : NULL; }
-
-conn *ezi_gs_session_of_component(server *s, const char *address) {
-  for (conn *c = s->conns; c; c = c->next) {
-    ezi_m39_component comp;
-    if (c->st == C_SESSION && c->sess->meta &&
-        ezi_m39_meta_find(c->sess->meta, address, &comp, NULL) == 0)
-      return c;
-  }
-  return NULL;
-}
-
 /* ---- answers -------------------------------------------------------------------------------- */
-
-static void resume(void *arg) {
-  conn *c = arg;
-  c->resume_timer = 0;
-  ezi_gs_consume(c);
-}
-
-void ezi_gs_session_answered(conn *c) {
-  if (c->dead) return;
-  c->busy = false;
-  if (!c->resume_timer) c->resume_timer = ezi_loop_timer(c->srv->loop, 0, resume, c);
-}
 
 static void answer_byte(conn *c, uint8_t v) {
   ezi_buf b = {.data = &v, .len = 1, .cap = 1};
   ezi_gs_send(c, &b);
 }
 
-void ezi_gs_session_reply(op *o) {
+/* A finished OP_SESSION op (its `answer`): its byte to the session, which goes on. */
+static void session_reply(op *o) {
   conn *c = o->req;
   answer_byte(c, o->reply);
-  ezi_gs_session_answered(c);
+  ezi_gs_answered(c);
 }
 
 /* Answers `u64 size, pickle, COMPLETE` (rc: the pickle's making; an error closes c). */
@@ -79,6 +59,7 @@ static op *session_op(server *s, conn *c, uint8_t reply) {
   op *o = ezi_gs_op_new(s, OP_SESSION, c);
   if (!o) return NULL;
   o->reply = reply;
+  o->answer = session_reply;
   c->busy = true;
   return o;
 }
@@ -168,7 +149,7 @@ static void clear(server *s, conn *c, op *o) {
     EZI_WARN("graph server: out of memory ending session %s's edges", c->id);
   while (g->n_edges)
     edge_forget(g, g->n_edges - 1);
-  ezi_gs_settings_session_gone(s, c);
+  ezi_gs_settings_session_gone(s, c->id);
   ezi_pk_doc_free(g->meta_doc);
   g->meta_doc = NULL;
   g->meta = NULL;
@@ -222,11 +203,11 @@ static void register_meta(server *s, conn *c, const ezi_gs_req *q) {
     ezi_pk_doc_free(d);
     return answer_byte(c, EZI_ERROR);
   }
-  ezi_gs_settings_session_gone(s, c);
+  ezi_gs_settings_session_gone(s, c->id);
   ezi_pk_doc_free(c->sess->meta_doc);
   c->sess->meta_doc = d;
   c->sess->meta = meta;
-  ezi_gs_settings_session_meta(s, c);
+  ezi_gs_settings_session_meta(s, c->id, meta, d);
   answer_byte(c, EZI_COMPLETE);
 }
 
@@ -327,10 +308,13 @@ static int snapshot(server *s, uint8_t **out, size_t *len) {
 
 /* ---- the connection ------------------------------------------------------------------------- */
 
+static void session_closed(conn *c);
+
 void ezi_gs_session_open(server *s, conn *c) {
   (void)s;
   c->sess = calloc(1, sizeof *c->sess);
   if (!c->sess) return ezi_gs_close(c);
+  c->closed = session_closed;
   c->st = C_SESSION;
   ezi_uuid(c->id);
   ezi_buf b = {0};
@@ -381,7 +365,9 @@ void ezi_gs_session_request(server *s, conn *c, const ezi_gs_req *q) {
   }
 }
 
-void ezi_gs_session_closed(server *s, conn *c) {
+/* The connection's `closed`. */
+static void session_closed(conn *c) {
+  server *s = c->srv;
   if (!c->sess) return;
   if (c->resume_timer) ezi_loop_cancel(s->loop, c->resume_timer);
   c->resume_timer = 0;

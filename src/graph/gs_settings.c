@@ -3,7 +3,8 @@
  * processes report, with the events that tell the settings streams (gs_stream.c). The rules are
  * 3.9.0's graphserver.py: a process's value wins over the metadata's until the process leaves,
  * when the metadata's initial value comes back. */
-#include "graph/gs_released.h"
+#include "graph/gs_settings.h"
+#include "graph/gs_stream.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,9 @@ struct gs_setting {
   ezi_pk_doc *doc; /* keeps the documents `value` points into */
   ezi_m39_settings_value value;
   char session[37]; /* the session whose metadata has the component ("": none) */
+  /* with a session: its metadata's initial value, which comes back when a process's goes */
+  ezi_pk_doc *init_doc;
+  ezi_m39_settings_value init;
   char process[37]; /* the process that reported the value ("": none) */
 };
 
@@ -25,6 +29,7 @@ static gs_setting *find(server *s, const char *address) {
 static void setting_free(gs_setting *g) {
   free(g->address);
   ezi_pk_doc_free(g->doc);
+  ezi_pk_doc_free(g->init_doc);
 }
 
 static void remove_at(server *s, gs_setting *g) {
@@ -32,17 +37,36 @@ static void remove_at(server *s, gs_setting *g) {
   *g = s->settings[--s->n_settings];
 }
 
-/* Sets g's value (kept through a new document holding src). 0 or EZ_ENOMEM (g unchanged). */
-static int set_value(gs_setting *g, const ezi_m39_settings_value *v, ezi_pk_doc *src) {
+/* Sets *dst to v, kept through a new document (*slot) holding src. 0 or EZ_ENOMEM (nothing
+ * changed). */
+static int keep_value(ezi_pk_doc **slot, ezi_m39_settings_value *dst,
+                      const ezi_m39_settings_value *v, ezi_pk_doc *src) {
   ezi_pk_doc *d = ezi_pk_doc_new();
   if (!d || ezi_pk_doc_keep(d, src)) {
     ezi_pk_doc_free(d);
     return EZ_ENOMEM;
   }
-  ezi_pk_doc_free(g->doc);
-  g->doc = d;
-  g->value = *v;
+  ezi_pk_doc_free(*slot);
+  *slot = d;
+  *dst = *v;
   return 0;
+}
+
+static int set_value(gs_setting *g, const ezi_m39_settings_value *v, ezi_pk_doc *src) {
+  return keep_value(&g->doc, &g->value, v, src);
+}
+
+/* g's component is in session `id`'s metadata, with initial value v (in src). */
+static void set_session(gs_setting *g, const char *id, const ezi_m39_settings_value *v,
+                        ezi_pk_doc *src) {
+  if (keep_value(&g->init_doc, &g->init, v, src)) return; /* no session then: as if it had none */
+  memcpy(g->session, id, 37);
+}
+
+static void clear_session(gs_setting *g) {
+  g->session[0] = 0;
+  ezi_pk_doc_free(g->init_doc);
+  g->init_doc = NULL;
 }
 
 /* The setting of `address`, made if there is none (NULL when out of memory). */
@@ -63,9 +87,8 @@ static gs_setting *get(server *s, const char *address) {
   return g;
 }
 
-void ezi_gs_settings_session_meta(server *s, conn *c) {
-  const ezi_pk *meta = ezi_gs_session_meta(c);
-  ezi_pk_doc *doc = ezi_gs_session_meta_doc(c);
+void ezi_gs_settings_session_meta(server *s, const char *session, const ezi_pk *meta,
+                                  ezi_pk_doc *doc) {
   size_t n = 0;
   if (!meta || ezi_m39_meta_check(meta, &n, NULL)) return;
   for (size_t i = 0; i < n; i++) {
@@ -75,78 +98,60 @@ void ezi_gs_settings_session_meta(server *s, conn *c) {
     ezi_m39_initial_settings(&comp, &v);
     gs_setting *g = find(s, comp.address);
     if (g && g->process[0]) { /* a process's value stands; the metadata now names it */
-      memcpy(g->session, c->id, 37);
+      set_session(g, session, &v, doc);
     } else if ((g = get(s, comp.address)) && set_value(g, &v, doc) == 0) {
-      memcpy(g->session, c->id, 37);
+      set_session(g, session, &v, doc);
       g->process[0] = 0;
     }
-    ezi_gs_settings_event(s, EZI_M39_INITIAL_SETTINGS, comp.address, &v, doc, c->id, NULL, NULL);
+    ezi_gs_settings_event(s, EZI_M39_INITIAL_SETTINGS, comp.address, &v, doc, session, NULL, NULL);
   }
 }
 
-void ezi_gs_settings_session_gone(server *s, conn *c) {
+void ezi_gs_settings_session_gone(server *s, const char *session) {
   for (size_t i = 0; i < s->n_settings;) {
     gs_setting *g = &s->settings[i];
-    if (strcmp(g->session, c->id)) {
+    if (strcmp(g->session, session)) {
       i++;
     } else if (!g->process[0]) {
       remove_at(s, g); /* (the last one moved here: look at i again) */
     } else {
-      g->session[0] = 0;
+      clear_session(g);
       i++;
     }
   }
 }
 
-int ezi_gs_settings_process_update(server *s, conn *proc, const ezi_m39_settings_update *u,
+int ezi_gs_settings_process_update(server *s, const char *process, const ezi_m39_settings_update *u,
                                    ezi_pk_doc *doc) {
-  if (!ezi_gs_process_owns(proc, u->component_address)) {
-    EZI_WARN("graph server: process %s reported settings of %.200s, which it does not own",
-             proc->id, u->component_address);
-    return EZ_EPROTO;
-  }
   ezi_m39_settings_value v;
   if (ezi_m39_parse(doc, &EZI_M39_SETTINGS_SNAPSHOT_VALUE, u->value, &v, NULL)) {
     EZI_WARN("graph server: process %s reported settings of %.200s that are not a "
              "SettingsSnapshotValue",
-             proc->id, u->component_address);
+             process, u->component_address);
     return EZ_EPROTO;
   }
-  conn *owner = ezi_gs_session_of_component(s, u->component_address);
-  gs_setting *g = get(s, u->component_address);
+  gs_setting *g = get(s, u->component_address); /* (its session: the one whose metadata has it) */
   if (!g || set_value(g, &v, doc)) return EZ_ENOMEM;
-  if (owner) memcpy(g->session, owner->id, 37); /* else the one it had */
-  memcpy(g->process, proc->id, 37);
+  memcpy(g->process, process, 37);
   ezi_gs_settings_event(s, EZI_M39_SETTINGS_UPDATED, g->address, &v, doc,
-                        g->session[0] ? g->session : NULL, proc->id, &u->timestamp);
+                        g->session[0] ? g->session : NULL, process, &u->timestamp);
   return 0;
 }
 
-void ezi_gs_settings_process_gone(server *s, conn *proc) {
+void ezi_gs_settings_process_gone(server *s, const char *process) {
   for (size_t i = 0; i < s->n_settings;) {
     gs_setting *g = &s->settings[i];
-    if (strcmp(g->process, proc->id)) {
+    if (strcmp(g->process, process)) {
       i++;
       continue;
     }
-    conn *sess = NULL;
-    for (conn *k = s->conns; k && g->session[0]; k = k->next)
-      if (k->st == C_SESSION && !strcmp(k->id, g->session)) sess = k;
-    ezi_m39_component comp;
-    const ezi_pk *meta = sess ? ezi_gs_session_meta(sess) : NULL;
-    if (!meta || ezi_m39_meta_find(meta, g->address, &comp, NULL)) {
-      remove_at(s, g);
-      continue;
-    }
-    ezi_m39_settings_value v;
-    ezi_m39_initial_settings(&comp, &v);
-    if (set_value(g, &v, ezi_gs_session_meta_doc(sess))) {
+    if (!g->session[0] || set_value(g, &g->init, g->init_doc)) {
       remove_at(s, g);
       continue;
     }
     g->process[0] = 0;
-    ezi_gs_settings_event(s, EZI_M39_SETTINGS_UPDATED, g->address, &v,
-                          ezi_gs_session_meta_doc(sess), g->session, NULL, NULL);
+    ezi_gs_settings_event(s, EZI_M39_SETTINGS_UPDATED, g->address, &g->init, g->init_doc,
+                          g->session, NULL, NULL);
     i++;
   }
 }

@@ -9,8 +9,9 @@
  * holds STREAM_BACKLOG unsent is skipped until it reads, its events counted as dropped. A trace
  * reader that falls so far behind that a process's buffer drops samples it had not taken is told
  * how many in its next batch (EZI_M39_DROPPED_ATTR). */
-#include "graph/gs.h"
-#include "graph/gs_released.h"
+#include "graph/gs_stream.h"
+#include "graph/gs_conn.h"
+#include "graph/gs_traces.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -243,6 +244,7 @@ bool ezi_gs_parse_seq(const char *p, size_t n, int64_t *out) {
 }
 
 static void profiling_tick(void *arg);
+static void stream_closed(conn *c);
 
 static void stream_answer_id(conn *c) {
   ezi_uuid(c->id);
@@ -289,6 +291,7 @@ void ezi_gs_stream_open(server *s, conn *c, const ezi_gs_req *q) {
     }
     st->kind = q->cmd == EZI_SESSION_SETTINGS_SUBSCRIBE ? EV_SETTINGS : EV_TOPOLOGY;
     c->stream = st;
+    c->closed = stream_closed;
     c->st = C_STREAM;
     stream_answer_id(c);
     gs_events *e = st->kind == EV_SETTINGS ? s->settings_events : s->topology_events;
@@ -304,16 +307,18 @@ void ezi_gs_stream_open(server *s, conn *c, const ezi_gs_req *q) {
     return;
   }
   c->stream = st;
+  c->closed = stream_closed;
   c->st = C_STREAM;
   stream_answer_id(c);
   st->timer =
       ezi_loop_timer(s->loop, ezi_now_ns() + (uint64_t)(st->ctl.interval * 1e9), profiling_tick, c);
 }
 
-void ezi_gs_stream_closed(server *s, conn *c) {
+/* The connection's `closed`. */
+static void stream_closed(conn *c) {
   gs_stream *st = c->stream;
   if (!st) return;
-  if (st->timer) ezi_loop_cancel(s->loop, st->timer);
+  if (st->timer) ezi_loop_cancel(c->srv->loop, st->timer);
   free(st->filter);
   free(st->last);
   free(st);
@@ -379,8 +384,8 @@ static void profiling_tick(void *arg) {
       if (!last) continue;
       ezi_m39_trace_batch *b = &sb.batches[sb.n_batches];
       uint64_t gone = 0;
-      if (ezi_gs_process_trace_batch(k, *last, (size_t)st->ctl.max_samples, b, &upto[sb.n_batches],
-                                     &gone))
+      if (ezi_gs_traces_batch(k->traces, k->id, *last, (size_t)st->ctl.max_samples, b,
+                              &upto[sb.n_batches], &gone))
         continue;
       lost += gone;
       if (!b->n_samples && !gone && !st->ctl.include_empty_batches) {

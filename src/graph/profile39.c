@@ -15,7 +15,7 @@
  * Every entry says how it was answered: "dialect": "profiling" (PROFILE) or "released" (a
  * process snapshot). */
 #include "graph/graphclient.h"
-#include "graph/gs_released.h"
+#include "proto/meta39.h"
 #include "base/internal.h"
 #include "graph/profile39.h"
 #include "graph/sessclient.h"

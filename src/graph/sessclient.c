@@ -2,7 +2,7 @@
 #include "graph/sessclient.h"
 #include "proto/dialect.h"
 #include "graph/graphio.h"
-#include "graph/gs_released.h"
+#include "proto/meta39.h"
 #include "base/internal.h"
 #include "base/wire.h"
 

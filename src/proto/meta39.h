@@ -258,6 +258,9 @@ typedef struct ezi_m39_trace_stream_batch { /* ProfilingTraceStreamBatch */
  * it was too slow to take since its previous batch (an int, set only when nonzero; Python's
  * unpickler sets it as an attribute nobody reads, our parser skips it). */
 #define EZI_M39_DROPPED_ATTR "ezmsg_c_dropped"
+/* The attribute our graph server adds to the GraphSnapshots it sends (a str: the ezmsg version it
+ * greets with): a released-dialect client of ours that finds it knows it may send PROFILE. */
+#define EZI_GS_MARK_ATTR "ezmsg_c_server"
 
 typedef struct ezi_m39_pub_profile { /* PublisherProfileSnapshot */
   const char *endpoint_id, *topic;
