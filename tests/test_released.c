@@ -106,7 +106,9 @@ static void test_session_edge_reaches_subscriber(void **state) {
   ez_context_close(ctx);
 }
 
-/* A lone 21 is a SESSION; 21 and its u64 in two writes (Python's profile client) a PROFILE. */
+/* A lone 21 is a SESSION; 21 and its u64 in two writes (Python's profile client) a PROFILE; 21
+ * with a shorter request behind it in one write (ours, ezi_sess_open) a SESSION and its request,
+ * also when that request comes after the 21 in a write of its own. */
 static void test_session_or_profile(void **state) {
   (void)state;
   int fd = f39_open();
@@ -120,6 +122,26 @@ static void test_session_or_profile(void **state) {
   close(fd);
   char id[64];
   close(f39_session(id));
+  for (int split = 0; split < 2; split++) {
+    fd = f39_open();
+    uint8_t both[2] = {EZI_SESSION, EZI_SESSION_CLEAR};
+    if (split) {
+      rp_wr_u8(fd, both[0]);
+      th_sleep_ms(5);
+      rp_wr_u8(fd, both[1]);
+    } else {
+      rp_wr(fd, both, 2);
+    }
+    rp_rd_str(fd, id, 64);
+    assert_true(rp_is_uuid(id));
+    rp_expect_u8(fd, EZI_COMPLETE);     /* the session's */
+    rp_expect_u8(fd, EZI_COMPLETE);     /* the clear's */
+    rp_wr_u8(fd, EZI_SESSION_SNAPSHOT); /* and it is a session */
+    size_t n;
+    free(f39_rd_pickle(fd, &n));
+    rp_expect_u8(fd, EZI_COMPLETE);
+    close(fd);
+  }
 }
 
 /* Metadata: registered (its components' initial settings become the settings, with events),
@@ -648,6 +670,26 @@ static void closed(int fd) {
   close(fd);
   char id[64];
   close(f39_session(id));
+  for (int split = 0; split < 2; split++) {
+    fd = f39_open();
+    uint8_t both[2] = {EZI_SESSION, EZI_SESSION_CLEAR};
+    if (split) {
+      rp_wr_u8(fd, both[0]);
+      th_sleep_ms(5);
+      rp_wr_u8(fd, both[1]);
+    } else {
+      rp_wr(fd, both, 2);
+    }
+    rp_rd_str(fd, id, 64);
+    assert_true(rp_is_uuid(id));
+    rp_expect_u8(fd, EZI_COMPLETE);     /* the session's */
+    rp_expect_u8(fd, EZI_COMPLETE);     /* the clear's */
+    rp_wr_u8(fd, EZI_SESSION_SNAPSHOT); /* and it is a session */
+    size_t n;
+    free(f39_rd_pickle(fd, &n));
+    rp_expect_u8(fd, EZI_COMPLETE);
+    close(fd);
+  }
 }
 
 static void test_bad_session_input(void **state) {

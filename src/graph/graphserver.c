@@ -434,11 +434,25 @@ static long parse_one(server *s, conn *c) {
   }
   if (st == 0) {
     c->need = q.need;
+    size_t pending = ezi_buf_pending(&c->in);
     /* 21 alone: the released dialect's SESSION, or the profiling one's PROFILE, whose u64 is
-     * still on its way. A SESSION is followed by nothing until it is answered. */
-    if (c->st == C_NEW && q.cmd == EZI_PROFILE && ezi_buf_pending(&c->in) == 1) {
+     * still on its way (any byte more decides: need 2). Python's SESSION is followed by nothing
+     * until it is answered. */
+    if (c->st == C_NEW && q.cmd == EZI_PROFILE && pending == 1) {
       c->st = C_SNIFF;
+      c->need = 2;
       c->sniff_timer = ezi_loop_timer(s->loop, ezi_now_ns() + ezi_gs_sniff_ns, sniffed, c);
+      return 0;
+    }
+    /* 21 with 1 to 7 bytes behind it: a SESSION whose client wrote its first request with it
+     * (ours does: ezi_sess_open), since a PROFILE's u64 comes whole, in one write. */
+    if ((c->st == C_NEW || c->st == C_SNIFF) && q.cmd == EZI_PROFILE && pending > 1) {
+      if (c->sniff_timer) ezi_loop_cancel(s->loop, c->sniff_timer);
+      c->sniff_timer = 0;
+      c->st = C_NEW;
+      c->need = 0;
+      ezi_gs_session_open(s, c);
+      return c->dead ? -1 : 1;
     }
     return 0;
   }
