@@ -11,6 +11,7 @@
 #include "vectors.h"
 #include "base/wire.h"
 
+#include <jansson.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -397,6 +398,37 @@ static void test_route_request(void **state) {
   close(p);
 }
 
+/* Our server answers its own unit (EZI_GS_SERVER_UNIT): the profile targets are the first units
+ * of the processes that are not ezmsg-c's; another operation is UNSUPPORTED_OPERATION. */
+static void test_server_unit(void **state) {
+  (void)state;
+  const char *py[] = {"SYS/PY_B", "SYS/PY_A"}, *ours[] = {EZI_PROC_UNIT_PREFIX "host/1"};
+  char pid1[64], pid2[64], sid[64];
+  int p1 = f39_process(pid1, py, 2, EZI_COMPLETE);
+  int p2 = f39_process(pid2, ours, 1, EZI_COMPLETE);
+  int s = f39_session(sid);
+  ezi_pk_doc *d;
+  ezi_m39_control_response r;
+  f39_route(s, EZI_GS_SERVER_UNIT, EZI_GS_OP_PROFILE_TARGETS, "1.0", NULL, 0);
+  f39_rd_answer(s, &EZI_M39_PROCESS_CONTROL_RESPONSE, &d, &r);
+  assert_true(r.ok);
+  assert_true(r.payload.has);
+  json_t *doc = json_loadb((const char *)r.payload.p, r.payload.len, 0, NULL);
+  json_t *f = json_object_get(doc, "foreign");
+  assert_int_equal(json_array_size(f), 1);
+  assert_string_equal(json_string_value(json_array_get(f, 0)), "SYS/PY_A"); /* (sorted: first) */
+  json_decref(doc);
+  ezi_pk_doc_free(d);
+  f39_route(s, EZI_GS_SERVER_UNIT, "SOMETHING_ELSE", "1.0", NULL, 0);
+  f39_rd_answer(s, &EZI_M39_PROCESS_CONTROL_RESPONSE, &d, &r);
+  assert_false(r.ok);
+  assert_int_equal(r.error_code, EZI_M39_ERR_UNSUPPORTED_OPERATION);
+  ezi_pk_doc_free(d);
+  close(s);
+  close(p2);
+  close(p1);
+}
+
 /* A process that never answers costs the session its timeout (TIMEOUT), one that leaves
  * mid-request PROCESS_DISCONNECTED, and an answer from the wrong process INVALID_RESPONSE; the
  * session goes on with its next request each time. */
@@ -767,6 +799,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_process_settings, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_route_request, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_route_bounds, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_server_unit, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_topology_stream, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_profiling_stream, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_profiling_stream_slow_reader, th_setup, th_teardown),

@@ -9,6 +9,7 @@
 #include "graph/graphserver.h"
 #include "graph/gs_conn.h"
 #include "graph/gs_process.h"
+#include "graph/gs_profile.h"
 #include "graph/gs_session.h"
 #include "graph/gs_settings.h"
 #include "graph/gs_stream.h"
@@ -19,7 +20,6 @@
 #include "proto/shm.h"
 
 #include <errno.h>
-#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,114 +103,6 @@ static segment *seg_find(server *s, const char *name, size_t n) {
   for (segment *g = s->segs; g; g = g->next)
     if (strlen(g->name) == n && memcmp(g->name, name, n) == 0) return g;
   return NULL;
-}
-
-/* Ours: every registered publisher and subscriber, as "registry" (gsregistry.h). */
-static void registry_add(server *s, json_t *doc) {
-  ezi_gs_client *v = calloc(s->n_conns ? s->n_conns : 1, sizeof *v);
-  size_t n = 0;
-  for (conn *c = s->conns; v && c && n < s->n_conns; c = c->next)
-    if (c->st == C_PUB || c->st == C_SUB)
-      v[n++] =
-          (ezi_gs_client){c->st == C_PUB, c->id, c->topic, c->peer, c->port, c->pid, c->handle};
-  json_t *reg = v ? ezi_gs_registry_json(v, n) : NULL;
-  if (reg) json_object_set_new(doc, "registry", reg);
-  free(v);
-}
-
-/* A finished PROFILE op (its `answer`): the profiles gathered, and the registry, to the
- * requester. */
-static void reply_profile(op *o) {
-  json_t *doc = json_object(), *pubs = json_array(), *chans = json_array();
-  json_object_set_new(doc, "window_s", json_real((double)o->window_ms / 1000.0));
-  for (size_t i = 0; i < o->n_results; i++) {
-    if (!o->results[i]) continue;
-    json_array_append(o->is_channel[i] ? chans : pubs, o->results[i]);
-  }
-  json_object_set_new(doc, "publishers", pubs);
-  json_object_set_new(doc, "channels", chans);
-  registry_add(o->srv, doc);
-  char *text = json_dumps(doc, JSON_COMPACT);
-  json_decref(doc);
-  ezi_buf b = {0};
-  ezi_buf_put_u8(&b, EZI_PROFILE_DATA);
-  ezi_buf_put_cstr(&b, text ? text : "{}");
-  ezi_buf_put_u8(&b, EZI_COMPLETE);
-  free(text);
-  ezi_gs_send(o->req, &b);
-  ezi_buf_free(&b);
-  ezi_gs_finish(o->req);
-}
-
-/* ---- requests ------------------------------------------------------------------------------ */
-
-/* Whether PROFILE goes to k: publishers and channels of ezmsg-c, and in the profiling dialect
- * those of Python too. Never to a released-dialect Python client: 3.9 reads the command and its
- * u64 as commands of its own (its PAUSE, SYNC, ...). */
-static bool profiled(const server *s, const conn *k) {
-  return (k->st == C_PUB || k->st == C_CHAN) && (k->ezc || s->dialect == EZ_DIALECT_PROFILING);
-}
-
-static void handle_profile(server *s, conn *c, uint64_t window_ms) {
-  op *o = ezi_gs_op_new(s, OP_PROFILE, c);
-  if (!o) return ezi_gs_close(c);
-  o->answer = reply_profile;
-  o->window_ms = window_ms;
-  size_t n = 0;
-  for (conn *k = s->conns; k; k = k->next)
-    n += profiled(s, k);
-  o->results = calloc(n ? n : 1, sizeof *o->results);
-  o->is_channel = calloc(n ? n : 1, sizeof *o->is_channel);
-  if (!o->results || !o->is_channel) {
-    c->req_op = NULL;
-    o->req = NULL;
-    ezi_gs_op_finish(o);
-    return ezi_gs_close(c);
-  }
-  o->n_results = n;
-  c->st = C_WAIT;
-  ezi_buf b = {0};
-  ezi_buf_put_u8(&b, EZI_PROFILE);
-  ezi_buf_put_u64(&b, window_ms);
-  size_t slot = 0;
-  for (conn *k = s->conns; k && slot < n; k = k->next) {
-    if (!profiled(s, k)) continue;
-    o->is_channel[slot] = k->st == C_CHAN;
-    if (ezi_gs_wq_push(&k->profile_q, o, slot) == 0) {
-      o->remaining++;
-      ezi_gs_send(k, &b);
-    }
-    slot++;
-  }
-  ezi_buf_free(&b);
-  ezi_gs_op_launch(o, PROFILE_TIMEOUT_NS);
-}
-
-static void on_profile_data(server *s, conn *c, const char *json, size_t n) {
-  waiter w;
-  if (!ezi_gs_wq_pop(&c->profile_q, &w)) return; /* unsolicited: ignore */
-  op *o = w.op;
-  if (!o->done) {
-    json_error_t err;
-    json_t *doc = json_loadb(json, n, 0, &err);
-    const char *want = o->is_channel[w.slot] ? "channel" : "publisher";
-    json_t *type = doc ? json_object_get(doc, "type") : NULL;
-    if (doc && json_is_object(doc) && json_is_string(type) &&
-        !strcmp(json_string_value(type), want)) {
-      if (o->is_channel[w.slot] && !json_object_get(doc, "topic")) {
-        json_t *pid = json_object_get(doc, "pub_id");
-        const char *ps = json_is_string(pid) ? json_string_value(pid) : "";
-        conn *pub = ezi_gs_find_pub(s, ps, strlen(ps));
-        if (pub) json_object_set_new(doc, "topic", json_string(pub->topic));
-      }
-      o->results[w.slot] = doc;
-    } else {
-      json_decref(doc);
-      EZI_WARN_RL("graph server: client %s sent an unusable profile", c->id);
-    }
-    ezi_gs_op_answer(o);
-  }
-  ezi_gs_op_unref(o);
 }
 
 static void handle_register(server *s, conn *c, uint8_t cmd, const char *topic, size_t n) {
@@ -488,7 +380,7 @@ static long parse_one(server *s, conn *c) {
         ezi_gs_op_unref(w.op);
       }
     } else if (cmd == EZI_PROFILE_DATA) {
-      on_profile_data(s, c, a, na);
+      ezi_gs_profile_data(s, c, a, na);
     } else if (cmd == EZI_X_CLIENT) {
       c->ezc = true;
     } else if (cmd == EZI_X_SUB_INFO && c->st == C_SUB) {
@@ -533,7 +425,7 @@ static long parse_one(server *s, conn *c) {
     ezi_gs_finish(c);
     break;
   case EZI_DAG: handle_dag(s, c); break;
-  case EZI_PROFILE: handle_profile(s, c, u1); break;
+  case EZI_PROFILE: ezi_gs_profile(s, c, u1); break;
   case EZI_PROCESS: ezi_gs_process_open(s, c); break;
   case EZI_SESSION_SETTINGS_SUBSCRIBE:
   case EZI_SESSION_TOPOLOGY_SUBSCRIBE:

@@ -21,7 +21,6 @@
 #include "base/loop.h"
 #include "base/wire.h"
 
-#include <jansson.h>
 #include <pthread.h>
 #include <stdbool.h>
 
@@ -107,7 +106,7 @@ struct op {
   /* OP_PROFILE */
   uint64_t window_ms;
   size_t n_results;
-  json_t **results;
+  ezi_buf *results; /* each endpoint's entry, JSON text (empty: none) */
   bool *is_channel;
 };
 

@@ -42,7 +42,7 @@ bool ezi_gs_wq_pop(wqueue *q, waiter *out) {
 void ezi_gs_op_unref(op *o) {
   if (--o->refs > 0) return;
   for (size_t i = 0; i < o->n_results; i++)
-    json_decref(o->results[i]);
+    ezi_buf_free(&o->results[i]);
   free(o->results);
   free(o->is_channel);
   free(o);

@@ -14,6 +14,7 @@
 #include "graph/gs_stream.h"
 #include "graph/gs_traces.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,6 +174,33 @@ static void answer_error(conn *c, const char *request_id, int code, const char *
   free(pk);
 }
 
+/* A request to EZI_GS_SERVER_UNIT, answered here. */
+static void answer_server(server *s, conn *c, const char *request_id, const char *operation) {
+  if (strcmp(operation, EZI_GS_OP_PROFILE_TARGETS))
+    return answer_error(c, request_id, EZI_M39_ERR_UNSUPPORTED_OPERATION,
+                        "The graph server has no such operation", NULL);
+  json_t *foreign = json_array();
+  for (conn *k = s->conns; foreign && k; k = k->next)
+    if (k->st == C_PROCESS && k->proc->n_units && !ezi_proc_is_ours(k->proc->units[0]))
+      json_array_append_new(foreign, json_string(k->proc->units[0]));
+  json_t *doc = foreign ? json_pack("{so}", "foreign", foreign) : NULL;
+  char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+  json_decref(doc);
+  ezi_m39_control_response r = {.request_id = request_id, .ok = true, .error_code = EZI_M39_NONE};
+  r.payload =
+      (ezi_m39_bytes){.has = true, .p = (const uint8_t *)text, .len = text ? strlen(text) : 0};
+  uint8_t *pk = NULL;
+  size_t n = 0;
+  if (!text || ezi_m39_dump(&EZI_M39_PROCESS_CONTROL_RESPONSE, &r, &pk, &n, NULL)) {
+    free(text);
+    free(pk);
+    return ezi_gs_close(c);
+  }
+  free(text);
+  answer_pickle(c, pk, n);
+  free(pk);
+}
+
 static void route_timeout(void *arg) {
   gs_route *r = arg;
   r->timer = 0;
@@ -204,6 +232,12 @@ void ezi_gs_route(server *s, conn *c, const ezi_gs_req *q) {
   }
   char request_id[37];
   ezi_uuid(request_id);
+  if (!strcmp(unit, EZI_GS_SERVER_UNIT)) {
+    answer_server(s, c, request_id, operation);
+    free(unit);
+    free(operation);
+    return;
+  }
   conn *proc = ezi_gs_process_of_unit(s, unit);
   if (!proc) {
     char msg[300];

@@ -10,10 +10,10 @@
  * ezmsg-c processes answer too (procclient.c); their snapshot carries our own profile entries
  * (EZI_PROC_PROFILE_ATTR), which are used as they are. They are asked once, for the window
  * (EZI_PROC_WINDOW_ASK): our telemetry keeps it, and another tool's snapshots in between cannot
- * shorten it. On our own server (its snapshot says so,
- * EZI_GS_MARK_ATTR) the ezmsg-c clients answer PROFILE, and only the other processes are asked.
- * Every entry says how it was answered: "dialect": "profiling" (PROFILE) or "released" (a
- * process snapshot). */
+ * shorten it. On our own server (it answers EZI_GS_OP_PROFILE_TARGETS; an older one of ours
+ * marks its snapshots, EZI_GS_MARK_ATTR) the ezmsg-c clients answer PROFILE, and only the other
+ * processes are asked; with none, the server's answer is the profile. Every entry says how it was
+ * answered: "dialect": "profiling" (PROFILE) or "released" (a process snapshot). */
 #include "graph/graphclient.h"
 #include "proto/meta39.h"
 #include "base/internal.h"
@@ -193,19 +193,72 @@ int ezi_profile39(const char *address, double window_s, int timeout_ms, char **j
   return ezi_profile39_as(address, window_s, timeout_ms, json, false);
 }
 
+/* Asks the server EZI_GS_OP_PROFILE_TARGETS: true if it is ours, with *doc (the caller frees it)
+ * holding its "foreign" array of units. False on any other answer (3.9.0's UNROUTABLE_UNIT). */
+static bool targets(ezi_sess *s, uint64_t deadline, json_t **doc) {
+  ezi_pk_doc *d = NULL;
+  ezi_m39_control_response r;
+  *doc = NULL;
+  int rc = ezi_sess_request(s, EZI_GS_SERVER_UNIT, EZI_GS_OP_PROFILE_TARGETS, 5.0, NULL, 0,
+                            deadline, &d, &r);
+  if (!rc && r.ok && r.payload.has)
+    *doc = json_loadb((const char *)r.payload.p, r.payload.len, 0, NULL);
+  ezi_pk_doc_free(d);
+  json_t *f = json_object_get(*doc, "foreign");
+  size_t i;
+  json_t *u;
+  bool ok = json_is_array(f);
+  json_array_foreach(f, i, u) ok = ok && json_is_string(u);
+  if (!ok) {
+    json_decref(*doc);
+    *doc = NULL;
+  }
+  return ok;
+}
+
 int ezi_profile39_as(const char *address, double window_s, int timeout_ms, char **json,
                      bool as_foreign) {
   uint64_t deadline = ezi_deadline(timeout_ms);
   ezi_sess s;
   int rc = ezi_sess_open(address, deadline, &s);
   if (rc) return rc;
+  /* Our server says so, and which processes to ask, at once; otherwise the graph's snapshot
+   * lists the processes (and marks a server of ours that does not know that request). */
+  json_t *tg = NULL;
+  bool ours = !as_foreign && targets(&s, deadline, &tg);
   ezi_pk_doc *sd = NULL;
-  ezi_m39_graph_snapshot gs;
-  bool ours = false;
-  rc = ezi_sess_snapshot(&s, deadline, &sd, &gs, &ours);
+  ezi_m39_graph_snapshot gs = {0};
+  const char **units = NULL;
+  size_t n_units = 0;
+  if (!ours) {
+    rc = ezi_sess_snapshot(&s, deadline, &sd, &gs, &ours);
+    ours = ours && !as_foreign;
+  }
   ezi_sess_close(&s);
-  if (rc) return rc;
-  ours = ours && !as_foreign;
+  json_t *foreign = json_object_get(tg, "foreign");
+  size_t n_max = tg ? json_array_size(foreign) : gs.n_processes;
+  if (!rc && !(units = calloc(n_max ? n_max : 1, sizeof *units))) rc = EZ_ENOMEM;
+  for (size_t i = 0; !rc && i < n_max; i++) {
+    if (tg) {
+      units[n_units++] = json_string_value(json_array_get(foreign, i));
+      continue;
+    }
+    const ezi_m39_snapshot_process *p = &gs.processes[i];
+    if (p->units.n && !(ours && ezi_proc_is_ours(p->units.v[0]))) units[n_units++] = p->units.v[0];
+  }
+  if (!rc && ours && !n_units) { /* nobody but the ezmsg-c clients: the server's answer, as is */
+    rc = ezi_profile_request(address, window_s, json, deadline);
+    free(units);
+    json_decref(tg);
+    ezi_pk_doc_free(sd);
+    return rc;
+  }
+  if (rc) {
+    free(units);
+    json_decref(tg);
+    ezi_pk_doc_free(sd);
+    return rc;
+  }
 
   json_t *doc = NULL, *pubs = NULL, *chans = NULL;
   if (ours) { /* its ezmsg-c clients answer PROFILE (one write: ezi_profile_request) */
@@ -227,22 +280,20 @@ int ezi_profile39_as(const char *address, double window_s, int timeout_ms, char 
     mark(chans, "profiling");
   }
   size_t n = 0;
-  ask *asks = rc ? NULL : calloc(gs.n_processes ? gs.n_processes : 1, sizeof *asks);
-  pthread_t *th = asks ? calloc(gs.n_processes ? gs.n_processes : 1, sizeof *th) : NULL;
+  ask *asks = rc ? NULL : calloc(n_units ? n_units : 1, sizeof *asks);
+  pthread_t *th = asks ? calloc(n_units ? n_units : 1, sizeof *th) : NULL;
   if (!rc && !th) rc = EZ_ENOMEM;
   /* Each process that owns a unit, but on our server the ezmsg-c ones, which answered PROFILE:
    * all at once, with the second snapshot due window_s after the first. */
   uint64_t ask_deadline = ezi_deadline((int)(window_s * 1000) + 1200);
   if (ask_deadline > deadline) ask_deadline = deadline;
-  for (size_t i = 0; !rc && i < gs.n_processes && n < MAX_ASKED; i++) {
-    const ezi_m39_snapshot_process *p = &gs.processes[i];
-    if (!p->units.n || (ours && ezi_proc_is_ours(p->units.v[0]))) continue;
-    asks[n] = (ask){
-        .address = address, .unit = p->units.v[0], .window_s = window_s, .deadline = ask_deadline};
+  for (size_t i = 0; !rc && i < n_units && n < MAX_ASKED; i++) {
+    asks[n] =
+        (ask){.address = address, .unit = units[i], .window_s = window_s, .deadline = ask_deadline};
     if (pthread_create(&th[n], NULL, ask_thread, &asks[n]) == 0) n++;
   }
-  if (gs.n_processes > MAX_ASKED)
-    EZI_WARN("profile: %zu processes; only %d are asked", gs.n_processes, MAX_ASKED);
+  if (n_units > MAX_ASKED)
+    EZI_WARN("profile: %zu processes; only %d are asked", n_units, MAX_ASKED);
   for (size_t i = 0; i < n; i++) {
     pthread_join(th[i], NULL);
     if (asks[i].rc == 0 && !add_ours(pubs, chans, asks[i].root, asks[i].snap.process_id.s))
@@ -255,6 +306,8 @@ int ezi_profile39_as(const char *address, double window_s, int timeout_ms, char 
   if (!rc) channel_topics(pubs, chans);
   free(asks);
   free(th);
+  free(units);
+  json_decref(tg);
   ezi_pk_doc_free(sd);
   *json = rc ? NULL : json_dumps(doc, JSON_COMPACT);
   json_decref(doc);

@@ -420,6 +420,16 @@ void ezi_m39_initial_settings(const ezi_m39_component *c, ezi_m39_settings_value
  * ignore a snapshot request's payload. */
 #define EZI_PROC_WINDOW_ASK "ezmsg-c window "
 
+/* A unit our graph server answers for itself, never routing it (on ours no process can own it):
+ * a session of ours asks it EZI_GS_OP_PROFILE_TARGETS to learn at once, without the graph's
+ * snapshot, that the server is ours and which processes it must ask for a profile. 3.9.0's server
+ * answers UNROUTABLE_UNIT and logs nothing. */
+#define EZI_GS_SERVER_UNIT "ezmsg-c/graphserver"
+/* Its answer: ok, and the payload JSON {"foreign": [unit, ...]}, the first unit of each process
+ * that is not ezmsg-c's (ours answer PROFILE), in no order. Other operations:
+ * UNSUPPORTED_OPERATION. */
+#define EZI_GS_OP_PROFILE_TARGETS "EZMSG_C_PROFILE_TARGETS"
+
 /* True if a unit name is an ezmsg-c process's (EZI_PROC_UNIT_PREFIX). Any thread. */
 static inline bool ezi_proc_is_ours(const char *unit) {
   return !strncmp(unit, EZI_PROC_UNIT_PREFIX, sizeof EZI_PROC_UNIT_PREFIX - 1);
