@@ -7,10 +7,15 @@
 #include "harness.h"
 #include "rawproto.h"
 #include "base/wire.h"
+#include "base/internal.h"
+#include "base/trace.h"
+#include "graph/graphclient.h"
+#include "proto/ctxprofile.h"
 #include "proto/shm.h"
 
 #include <errno.h>
 #include <jansson.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -530,6 +535,120 @@ static void *sync_thread(void *arg) {
   return NULL;
 }
 
+/* A profile that traces (`ezmsg profile --trace`'s poll: base/trace.h). */
+static void *traced_profile_thread(void *arg) {
+  profile_call *p = arg;
+  p->rc = ezi_profile_request(p->addr, (double)(EZI_TRACE_POLL_MS + 100) / 1000.0, &p->json,
+                              ezi_deadline(10000));
+  return NULL;
+}
+
+/* X_CTX for a context whose id is 16 bytes of `fill` (proto/ctxprofile.h). */
+static void send_xctx(int fd, uint8_t fill) {
+  uint8_t b[1 + EZI_X_CTX_PAYLOAD] = {EZI_X_CTX};
+  for (size_t i = 0; i < EZI_X_CTX_PAYLOAD; i++)
+    b[1 + i] = (uint8_t)(0xf0 | ((i % 2 ? fill : fill >> 4) & 0x0f));
+  rp_wr(fd, b, sizeof b);
+}
+
+static void send_part(int fd, const char *json) {
+  rp_wr_u8(fd, EZI_X_PROFILE_PART);
+  rp_wr_str(fd, json);
+}
+
+/* Endpoints that told the server their context (X_CTX) are profiled through it: one of each
+ * context's connections gets X_PROFILE_CTX and answers for all (parts, then the end); the others
+ * get nothing. A part of the wrong kind or beyond the context's bound is left out, a traced
+ * profile still asks each endpoint, and a malformed X_CTX closes its connection. */
+static void test_profile_by_context(void **state) {
+  fixture *f = *state;
+  char a_id[37], b_id[37], c_id[37], json[512];
+  int a = rp_fake_pub(f->addr, "/ctx/a", a_id), b = rp_fake_pub(f->addr, "/ctx/b", b_id);
+  int c = rp_fake_pub(f->addr, "/ctx/c", c_id); /* a context of its own */
+  rp_mark_ezc(a);
+  rp_mark_ezc(b);
+  rp_mark_ezc(c);
+  send_xctx(a, 0x5a);
+  send_xctx(b, 0x5a);
+  send_xctx(c, 0x11);
+  /* A SYNC answered on each connection: once it returns, the server has read the marks, which
+   * came before the answers on the same connections. */
+  simple_call sc = {.addr = f->addr};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, sync_thread, &sc), 0);
+  int all[3] = {a, b, c};
+  for (int k = 0; k < 3; k++) {
+    rp_expect_u8(all[k], SYNC);
+    rp_wr_u8(all[k], COMPLETE);
+  }
+  pthread_join(t, NULL);
+  assert_int_equal(sc.rc, 0);
+  profile_call p = {.addr = f->addr};
+  assert_int_equal(pthread_create(&t, NULL, profile_thread, &p), 0);
+  /* Context 0x5a: a or b is asked (whichever the server lists first), the other nothing. */
+  struct pollfd pf[2] = {{.fd = a, .events = POLLIN}, {.fd = b, .events = POLLIN}};
+  assert_true(poll(pf, 2, TMO) > 0);
+  int asked = pf[0].revents ? a : b, other = asked == a ? b : a;
+  rp_expect_u8(asked, EZI_X_PROFILE_CTX);
+  assert_int_equal(rp_rd_u64(asked), 2000);
+  for (int i = 0; i < 2; i++) {
+    snprintf(json, sizeof json, "{\"type\":\"publisher\",\"id\":\"%s\",\"topic\":\"%s\"}",
+             i ? b_id : a_id, i ? "/ctx/b" : "/ctx/a");
+    send_part(asked, json);
+  }
+  send_part(asked, "{\"type\":\"subscriber\"}"); /* no such kind: left out */
+  send_part(asked, "[1,2]");                     /* not an object: left out */
+  rp_wr_u8(asked, EZI_X_PROFILE_END);
+  rp_expect_u8(c, EZI_X_PROFILE_CTX);
+  rp_rd_u64(c);
+  snprintf(json, sizeof json, "{\"type\":\"publisher\",\"id\":\"%s\",\"topic\":\"/ctx/c\"}", c_id);
+  for (size_t i = 0; i < EZI_CTX_PARTS_MAX(1) + 5; i++) /* beyond its bound: the rest dropped */
+    send_part(c, json);
+  rp_wr_u8(c, EZI_X_PROFILE_END);
+  pthread_join(t, NULL);
+  assert_int_equal(p.rc, 0);
+  json_t *doc = load_json(p.json);
+  json_t *pubs = json_object_get(doc, "publishers");
+  assert_int_equal(json_array_size(pubs), 2 + EZI_CTX_PARTS_MAX(1));
+  size_t i;
+  json_t *e;
+  json_array_foreach(pubs, i, e) {
+    assert_string_equal(json_string_value(json_object_get(e, "dialect")), "profiling");
+  }
+  json_decref(doc);
+  free(p.json);
+  struct pollfd po = {.fd = other, .events = POLLIN};
+  assert_int_equal(poll(&po, 1, 0), 0); /* never asked */
+
+  /* A traced profile asks each endpoint with PROFILE. */
+  p = (profile_call){.addr = f->addr};
+  assert_int_equal(pthread_create(&t, NULL, traced_profile_thread, &p), 0);
+  int fds[3] = {a, b, c};
+  for (int k = 0; k < 3; k++) {
+    rp_expect_u8(fds[k], PROFILE);
+    assert_true(rp_rd_u64(fds[k]) >= EZI_TRACE_POLL_MS);
+    send_profile_data(fds[k], "{\"type\":\"publisher\"}");
+  }
+  pthread_join(t, NULL);
+  assert_int_equal(p.rc, 0);
+  doc = load_json(p.json);
+  assert_int_equal(json_array_size(json_object_get(doc, "publishers")), 3);
+  json_decref(doc);
+  free(p.json);
+
+  /* A malformed X_CTX (a byte that is not 0xf0 | nibble) closes the connection. */
+  uint8_t bad[1 + EZI_X_CTX_PAYLOAD];
+  memset(bad, 0xf3, sizeof bad);
+  bad[0] = EZI_X_CTX;
+  bad[7] = 0xe3;
+  rp_wr(c, bad, sizeof bad);
+  uint8_t x;
+  assert_int_equal(rp_rd_exact(c, &x, 1, TMO), -2); /* EOF: closed by the server */
+  close(a);
+  close(b);
+  close(c);
+}
+
 static void test_sync(void **state) {
   fixture *f = *state;
   /* No publishers: answered at once. */
@@ -764,6 +883,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_update_lists_all_publishers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_edge_routing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_profile_empty, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_profile_by_context, setup, teardown),
       cmocka_unit_test_setup_teardown(test_profile_partial_answers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sync, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pause_resume, setup, teardown),

@@ -93,6 +93,17 @@ enum ezi_cmd {
    * list it before any publisher feeds it. Its bytes are never 0x00 (COMPLETE) or 0x16
    * (PROFILE_DATA), the only bytes the reference servers act on from a subscriber. */
   EZI_X_SUB_INFO = 0xec,
+  /* ezmsg-c's per-process PROFILE (proto/ctxprofile.h), on a registered publisher's or channel's
+   * graph connection. X_CTX, from the client once registered (after X_CLIENT): its context's id,
+   * in 32 bytes 0xf0 | nibble (harmless to any server: Python's ignore every byte but 0x00 and
+   * 0x16 from a registered client, and an older one of ours skips bytes from 0xe0 up but 0xec).
+   * X_PROFILE_CTX, from our server to one client of each context, with a u64 window in ms: "profile
+   * your whole context". The client answers X_PROFILE_PART (a str: one endpoint's JSON) for each of
+   * its context's publishers and channels, then X_PROFILE_END. */
+  EZI_X_CTX = 0xed,
+  EZI_X_PROFILE_CTX = 0xee,
+  EZI_X_PROFILE_PART = 0xef,
+  EZI_X_PROFILE_END = 0xe4,
 };
 /* Name of a command byte for log lines ("?" if unknown). */
 const char *ezi_cmd_name(unsigned cmd);

@@ -278,6 +278,7 @@ int ezi_ctx_new(const char *address, ez_context **out) {
   ezi_raise_fd_limit(); /* a descriptor per link and per publisher's channel (acceptor.h) */
   ez_context *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return EZ_ENOMEM;
+  ezi_uuid(ctx->id);
   ezi_addr_resolve(address, ctx->address);
   char host[256];
   uint16_t port;

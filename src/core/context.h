@@ -120,6 +120,11 @@ struct ez_context {
    * thread (ez_context_open): a PROFILE answer traces its endpoint a while more
    * (ezi_ctx_trace_poll). NULL until then. */
   ezi_trace *(*trace_poll)(ez_context *ctx, ezi_trace **slot, const char *topic, const char *id);
+  /* The answer to X_PROFILE_CTX (proto/ctxprofile.h): every publisher's and channel's profile
+   * over window_ms, as X_PROFILE_PART frames and X_PROFILE_END, into the outbox ob of the graph
+   * connection that was asked. Set by the process as it opens (proc/process.c), I/O thread. */
+  void (*profile_all)(ez_context *ctx, uint64_t window_ms, ezi_outbox *ob);
+  char id[37];    /* this context's id (X_CTX), a UUID */
   ezi_tick *tick; /* expires its publishers' sampled stamps (telclock.h) */
   char host[64];  /* this process's address as seen for profiles */
   int pid;
@@ -189,5 +194,16 @@ bool ezi_outbox_wait_drain(ezi_outbox *ob);
 #define EZI_WIN_MAX_MSGS 16384
 #define EZI_WIN_BYTES ((uint64_t)8 << 20)
 #define EZI_WIN_MAX_BYTES ((uint64_t)64 << 20)
+
+/* X_PROFILE_CTX(window_ms) came on a graph connection whose outbox is ob: the process answers it
+ * (ctx->profile_all), or, before it can, X_PROFILE_END alone. I/O thread. */
+static inline void ezi_ctx_profile_all(ez_context *ctx, uint64_t window_ms, ezi_outbox *ob) {
+  if (ctx->profile_all) {
+    ctx->profile_all(ctx, window_ms, ob);
+  } else {
+    uint8_t end = EZI_X_PROFILE_END;
+    ezi_outbox_put(ctx, ob, &end, 1);
+  }
+}
 
 #endif

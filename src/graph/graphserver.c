@@ -381,6 +381,12 @@ static long parse_one(server *s, conn *c) {
       }
     } else if (cmd == EZI_PROFILE_DATA) {
       ezi_gs_profile_data(s, c, a, na);
+    } else if (cmd == EZI_X_PROFILE_PART) {
+      ezi_gs_profile_part(s, c, a, na);
+    } else if (cmd == EZI_X_PROFILE_END) {
+      ezi_gs_profile_end(s, c);
+    } else if (cmd == EZI_X_CTX && c->st != C_SUB) {
+      ezi_gs_profile_ctx(s, c, q.pl);
     } else if (cmd == EZI_X_CLIENT) {
       c->ezc = true;
     } else if (cmd == EZI_X_SUB_INFO && c->st == C_SUB) {

@@ -103,11 +103,12 @@ struct op {
   /* OP_PROFILE, OP_SESSION: answers the requester once the op is finished (set by whoever made
    * the op; gs_conn.c calls it and names no answer of its own) */
   void (*answer)(op *o);
-  /* OP_PROFILE */
+  /* OP_PROFILE (gs_profile.c) */
   uint64_t window_ms;
-  size_t n_results;
-  ezi_buf *results; /* each endpoint's entry, JSON text (empty: none) */
-  bool *is_channel;
+  ezi_buf pubs, chans; /* the entries so far: JSON objects, comma-separated */
+  size_t n_slots;      /* connections asked */
+  uint8_t *slot_kind;  /* per slot: what was asked of it (gs_profile.c) */
+  size_t *parts_left;  /* per slot: X_PROFILE_PART frames it may still send */
 };
 
 typedef struct gs_session gs_session; /* gs_session.c */
@@ -145,7 +146,9 @@ struct conn {
   wqueue complete_q, profile_q;
   op *req_op; /* the op this connection waits on as a requester */
   uint64_t linger_timer;
-  bool ezc;  /* an ezmsg-c client (it sent EZI_X_CLIENT): answers PROFILE in either dialect */
+  bool ezc;     /* an ezmsg-c client (it sent EZI_X_CLIENT): answers PROFILE in either dialect */
+  bool has_ctx; /* it sent X_CTX: its context, ctx, answers X_PROFILE_CTX */
+  uint8_t ctx[16];
   bool dead; /* closed; freed once the current callback is over */
   /* the released dialect */
   uint64_t sniff_timer; /* C_SNIFF */

@@ -29,6 +29,8 @@ int ezi_gs_wq_push(wqueue *q, op *o, size_t slot) {
   return 0;
 }
 
+const waiter *ezi_gs_wq_peek(const wqueue *q) { return q->n ? &q->w[q->head] : NULL; }
+
 bool ezi_gs_wq_pop(wqueue *q, waiter *out) {
   if (!q->n) return false;
   *out = q->w[q->head];
@@ -41,10 +43,10 @@ bool ezi_gs_wq_pop(wqueue *q, waiter *out) {
 
 void ezi_gs_op_unref(op *o) {
   if (--o->refs > 0) return;
-  for (size_t i = 0; i < o->n_results; i++)
-    ezi_buf_free(&o->results[i]);
-  free(o->results);
-  free(o->is_channel);
+  ezi_buf_free(&o->pubs);
+  ezi_buf_free(&o->chans);
+  free(o->slot_kind);
+  free(o->parts_left);
   free(o);
 }
 

@@ -7,9 +7,10 @@
 #include "graph/gs.h"
 
 /* Waiter queues: pushes o (its reference) at slot (0 or EZ_ENOMEM); pops the oldest (false:
- * empty). */
+ * empty); the oldest, left in place (NULL: empty). */
 int ezi_gs_wq_push(wqueue *q, op *o, size_t slot);
 bool ezi_gs_wq_pop(wqueue *q, waiter *out);
+const waiter *ezi_gs_wq_peek(const wqueue *q);
 
 /* A new op (reference held until it finishes) answering `req` (NULL: nobody); NULL when out of
  * memory. An OP_PROFILE or OP_SESSION op's maker sets its `answer`. */

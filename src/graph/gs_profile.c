@@ -1,15 +1,28 @@
-/* PROFILE at the graph server (gs_profile.h). The answer is put together from the endpoints' own
- * JSON texts, not re-encoded: each is parsed once, to check that it is an object of the right
- * "type" (what a peer sends is not trusted), and then copied as it came, with "dialect":
- * "profiling" (how it was answered, as ez_profile marks every entry) and, for a channel that did
- * not say it, its "topic" spliced in after its opening brace. */
+/* PROFILE at the graph server (gs_profile.h).
+ *
+ * Who is asked: an endpoint that told us its ezmsg-c context (X_CTX) is asked through that
+ * context: one of its connections gets X_PROFILE_CTX and answers for every publisher and channel
+ * of the context (X_PROFILE_PART each, then X_PROFILE_END), so a process wakes once per profile
+ * instead of once per endpoint. Any other endpoint (Python's, an older ezmsg-c's, and every one
+ * when the profile traces, which each endpoint does on its own) gets PROFILE and answers
+ * PROFILE_DATA.
+ *
+ * The answer is put together from the endpoints' own JSON texts, not re-encoded: each is parsed
+ * once, to check that it is an object of the right "type" (what a peer sends is not trusted), and
+ * then copied as it came, with "dialect": "profiling" (how it was answered, as ez_profile marks
+ * every entry) and, for a channel that did not say it, its "topic" spliced in after its opening
+ * brace. */
 #include "graph/gs_profile.h"
+#include "base/trace.h"
 #include "graph/gs_conn.h"
+#include "proto/ctxprofile.h"
 #include "proto/gsregistry.h"
 
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+
+enum { ASK_PUB, ASK_CHAN, ASK_CTX }; /* op->slot_kind */
 
 /* Ours: every registered publisher and subscriber, as "registry" (gsregistry.h): its JSON text
  * (NULL when out of memory). */
@@ -30,19 +43,6 @@ static char *registry_text(server *s) {
 /* Appends a C string: 0 or EZ_ENOMEM. */
 static int put(ezi_buf *b, const char *s) { return ezi_buf_put(b, s, strlen(s)); }
 
-/* The entries of one kind, comma-separated, into b: 0 or EZ_ENOMEM. */
-static int put_entries(ezi_buf *b, const op *o, bool channels) {
-  int rc = 0;
-  bool first = true;
-  for (size_t i = 0; i < o->n_results; i++) {
-    if (!o->results[i].len || o->is_channel[i] != channels) continue;
-    if (!first) rc |= put(b, ",");
-    rc |= ezi_buf_put(b, o->results[i].data, o->results[i].len);
-    first = false;
-  }
-  return rc;
-}
-
 /* A finished PROFILE op (its `answer`): the profiles gathered, and the registry, to the
  * requester. */
 static void reply_profile(op *o) {
@@ -55,9 +55,9 @@ static void reply_profile(op *o) {
   rc |= put(&doc, "{\"window_s\":");
   rc |= put(&doc, window ? window : "0.0");
   rc |= put(&doc, ",\"publishers\":[");
-  rc |= put_entries(&doc, o, false);
+  rc |= ezi_buf_put(&doc, ezi_buf_head(&o->pubs), ezi_buf_pending(&o->pubs));
   rc |= put(&doc, "],\"channels\":[");
-  rc |= put_entries(&doc, o, true);
+  rc |= ezi_buf_put(&doc, ezi_buf_head(&o->chans), ezi_buf_pending(&o->chans));
   rc |= put(&doc, "],\"registry\":");
   rc |= put(&doc, registry ? registry : "{}");
   rc |= put(&doc, "}");
@@ -83,6 +83,21 @@ static bool profiled(const server *s, const conn *k) {
   return (k->st == C_PUB || k->st == C_CHAN) && (k->ezc || s->dialect == EZ_DIALECT_PROFILING);
 }
 
+static int by_ctx(const void *a, const void *b) {
+  const conn *x = *(conn *const *)a, *y = *(conn *const *)b;
+  if (x->has_ctx != y->has_ctx) return x->has_ctx ? -1 : 1;
+  return x->has_ctx ? memcmp(x->ctx, y->ctx, sizeof x->ctx) : 0;
+}
+
+/* Asks k (slot `slot` of o, kind `kind`) with the frame in b: 0, or EZ_ENOMEM (not asked). */
+static int ask(op *o, conn *k, size_t slot, uint8_t kind, const ezi_buf *b) {
+  o->slot_kind[slot] = kind;
+  if (ezi_gs_wq_push(&k->profile_q, o, slot)) return EZ_ENOMEM;
+  o->remaining++;
+  ezi_gs_send(k, b);
+  return 0;
+}
+
 void ezi_gs_profile(server *s, conn *c, uint64_t window_ms) {
   op *o = ezi_gs_op_new(s, OP_PROFILE, c);
   if (!o) return ezi_gs_close(c);
@@ -91,41 +106,60 @@ void ezi_gs_profile(server *s, conn *c, uint64_t window_ms) {
   size_t n = 0;
   for (conn *k = s->conns; k; k = k->next)
     n += profiled(s, k);
-  o->results = calloc(n ? n : 1, sizeof *o->results);
-  o->is_channel = calloc(n ? n : 1, sizeof *o->is_channel);
-  if (!o->results || !o->is_channel) {
+  conn **v = calloc(n ? n : 1, sizeof *v);
+  o->slot_kind = calloc(n ? n : 1, sizeof *o->slot_kind);
+  o->parts_left = calloc(n ? n : 1, sizeof *o->parts_left);
+  if (!v || !o->slot_kind || !o->parts_left) {
+    free(v);
     c->req_op = NULL;
     o->req = NULL;
     ezi_gs_op_finish(o);
     return ezi_gs_close(c);
   }
-  o->n_results = n;
+  n = 0;
+  for (conn *k = s->conns; k; k = k->next)
+    if (profiled(s, k)) v[n++] = k;
+  /* A traced profile asks each endpoint: each traces its own metrics (base/trace.h). */
+  bool by_context = window_ms < EZI_TRACE_POLL_MS;
+  if (by_context) qsort(v, n, sizeof *v, by_ctx); /* each context's connections together */
   c->st = C_WAIT;
-  ezi_buf b = {0};
-  ezi_buf_put_u8(&b, EZI_PROFILE);
-  ezi_buf_put_u64(&b, window_ms);
+  ezi_buf one = {0}, all = {0};
+  ezi_buf_put_u8(&one, EZI_PROFILE);
+  ezi_buf_put_u64(&one, window_ms);
+  ezi_buf_put_u8(&all, EZI_X_PROFILE_CTX);
+  ezi_buf_put_u64(&all, window_ms);
   size_t slot = 0;
-  for (conn *k = s->conns; k && slot < n; k = k->next) {
-    if (!profiled(s, k)) continue;
-    o->is_channel[slot] = k->st == C_CHAN;
-    if (ezi_gs_wq_push(&k->profile_q, o, slot) == 0) {
-      o->remaining++;
-      ezi_gs_send(k, &b);
+  for (size_t i = 0; i < n;) {
+    conn *k = v[i];
+    size_t j = i + 1;
+    if (!by_context || !k->has_ctx) {
+      ask(o, k, slot++, k->st == C_CHAN ? ASK_CHAN : ASK_PUB, &one);
+      i = j;
+      continue;
     }
-    slot++;
+    while (j < n && v[j]->has_ctx && !memcmp(v[j]->ctx, k->ctx, sizeof k->ctx))
+      j++;
+    o->parts_left[slot] = EZI_CTX_PARTS_MAX(j - i);
+    ask(o, k, slot++, ASK_CTX, &all); /* the context's first connection answers for all */
+    i = j;
   }
-  ezi_buf_free(&b);
+  o->n_slots = slot;
+  ezi_buf_free(&one);
+  ezi_buf_free(&all);
+  free(v);
   ezi_gs_op_launch(o, PROFILE_TIMEOUT_NS);
 }
 
-/* The entry of an answer (text, n bytes; its parse, doc) into *out: "dialect" and, for a channel
- * without one, "topic" spliced in after the opening brace. False when out of memory (or when the
- * text does not begin with the brace, which its parse rules out). */
+/* The entry of an answer (text, n bytes; its parse, doc) into *out (after a comma if it holds
+ * entries already): "dialect" and, for a channel without one, "topic" spliced in after the
+ * opening brace. False when out of memory (or when the text does not begin with the brace,
+ * which its parse rules out). */
 static bool entry(server *s, const char *text, size_t n, json_t *doc, bool channel, ezi_buf *out) {
   while (n && (*text == ' ' || *text == '\t' || *text == '\n' || *text == '\r'))
     text++, n--; /* (JSON's white space; the object's brace follows) */
   if (!n || *text != '{') return false;
-  int rc = put(out, "{");
+  size_t was = out->len;
+  int rc = put(out, ezi_buf_pending(out) ? ",{" : "{");
   if (!json_object_get(doc, "dialect")) rc |= put(out, "\"dialect\":\"profiling\",");
   if (channel && !json_object_get(doc, "topic")) {
     json_t *pid = json_object_get(doc, "pub_id");
@@ -143,7 +177,24 @@ static bool entry(server *s, const char *text, size_t n, json_t *doc, bool chann
   }
   /* text[0] is the brace: the object has a key ("type"), so a comma may precede the rest */
   rc |= ezi_buf_put(out, text + 1, n - 1);
+  if (rc) out->len = was; /* (what it had stays whole) */
   return rc == 0;
+}
+
+/* One endpoint's JSON (json, n bytes) from c, for op o: kept if it is an object whose "type" is
+ * `want` (NULL: "publisher" or "channel"). */
+static void take(server *s, conn *c, op *o, const char *json, size_t n, const char *want) {
+  json_error_t err;
+  json_t *doc = json_loadb(json, n, JSON_REJECT_DUPLICATES, &err);
+  json_t *type = doc ? json_object_get(doc, "type") : NULL;
+  const char *t = json_is_string(type) ? json_string_value(type) : "";
+  bool channel = !strcmp(t, "channel");
+  if (!json_is_object(doc) || (want ? strcmp(t, want) : !channel && strcmp(t, "publisher"))) {
+    EZI_WARN_RL("graph server: client %s sent an unusable profile", c->id);
+  } else if (!entry(s, json, n, doc, channel, channel ? &o->chans : &o->pubs)) {
+    EZI_WARN_RL("graph server: could not keep the profile of client %s", c->id);
+  }
+  json_decref(doc);
 }
 
 void ezi_gs_profile_data(server *s, conn *c, const char *json, size_t n) {
@@ -151,21 +202,42 @@ void ezi_gs_profile_data(server *s, conn *c, const char *json, size_t n) {
   if (!ezi_gs_wq_pop(&c->profile_q, &w)) return; /* unsolicited: ignore */
   op *o = w.op;
   if (!o->done) {
-    json_error_t err;
-    json_t *doc = json_loadb(json, n, JSON_REJECT_DUPLICATES, &err);
-    bool channel = o->is_channel[w.slot];
-    json_t *type = doc ? json_object_get(doc, "type") : NULL;
-    if (doc && json_is_object(doc) && json_is_string(type) &&
-        !strcmp(json_string_value(type), channel ? "channel" : "publisher")) {
-      if (!entry(s, json, n, doc, channel, &o->results[w.slot])) {
-        ezi_buf_free(&o->results[w.slot]);
-        EZI_WARN_RL("graph server: could not keep the profile of client %s", c->id);
-      }
-    } else {
-      EZI_WARN_RL("graph server: client %s sent an unusable profile", c->id);
-    }
-    json_decref(doc);
+    uint8_t kind = o->slot_kind[w.slot];
+    if (kind == ASK_CTX)
+      EZI_WARN_RL("graph server: client %s answered its context's profile with PROFILE_DATA",
+                  c->id);
+    else
+      take(s, c, o, json, n, kind == ASK_CHAN ? "channel" : "publisher");
     ezi_gs_op_answer(o);
   }
   ezi_gs_op_unref(o);
+}
+
+void ezi_gs_profile_part(server *s, conn *c, const char *json, size_t n) {
+  const waiter *w = ezi_gs_wq_peek(&c->profile_q);
+  if (!w || w->op->slot_kind[w->slot] != ASK_CTX) return; /* not asked for one: ignore */
+  op *o = w->op;
+  if (o->done) return;
+  if (!o->parts_left[w->slot]) {
+    EZI_WARN_RL("graph server: client %s sent more profiles than its context has endpoints", c->id);
+    return;
+  }
+  o->parts_left[w->slot]--;
+  take(s, c, o, json, n, NULL);
+}
+
+void ezi_gs_profile_end(server *s, conn *c) {
+  (void)s;
+  const waiter *head = ezi_gs_wq_peek(&c->profile_q);
+  if (!head || head->op->slot_kind[head->slot] != ASK_CTX) return; /* not asked: ignore */
+  waiter w;
+  ezi_gs_wq_pop(&c->profile_q, &w);
+  if (!w.op->done) ezi_gs_op_answer(w.op);
+  ezi_gs_op_unref(w.op);
+}
+
+void ezi_gs_profile_ctx(server *s, conn *c, const uint8_t *payload) {
+  (void)s;
+  if (!ezi_xctx_decode(payload, c->ctx)) return ezi_gs_proto_error(c, "a malformed X_CTX");
+  c->has_ctx = true;
 }

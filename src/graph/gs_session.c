@@ -20,6 +20,7 @@ typedef struct sedge {
 struct gs_session {
   sedge *edges; /* those this session added and has not removed */
   size_t n_edges, cap_edges;
+  bool connected; /* it asked for an edge once: the DAG may hold edges it owns */
   ezi_pk_doc *meta_doc; /* registered metadata (NULL: none) */
   const ezi_pk *meta;
 };
@@ -103,6 +104,7 @@ static void edge_request(server *s, conn *c, const ezi_gs_req *q) {
     return ezi_gs_proto_error(c, "topic is not valid UTF-8");
   char *from = ezi_strndup(q->a, q->na), *to = ezi_strndup(q->b, q->nb);
   bool changed = false;
+  if (q->cmd == EZI_SESSION_CONNECT) c->sess->connected = true;
   int rc = !from || !to ? EZ_ENOMEM
            : q->cmd == EZI_SESSION_CONNECT
                ? ezi_dag_add_edge_owned(s->dag, from, to, c->id, &changed)
@@ -145,7 +147,8 @@ static void edge_gone(void *user, const char *from, const char *to) {
 static void clear(server *s, conn *c, op *o) {
   gs_session *g = c->sess;
   ezi_strlist gone = {0};
-  if (ezi_dag_remove_owner(s->dag, c->id, edge_gone, &gone) == EZ_ENOMEM || gone.nomem)
+  if (g->connected && /* (else there is nothing to look for: a scan of the whole graph) */
+      (ezi_dag_remove_owner(s->dag, c->id, edge_gone, &gone) == EZ_ENOMEM || gone.nomem))
     EZI_WARN("graph server: out of memory ending session %s's edges", c->id);
   while (g->n_edges)
     edge_forget(g, g->n_edges - 1);

@@ -5,6 +5,7 @@
  * process. Everything
  * here runs on the I/O thread and never blocks it: a slow or stopped graph server must not stall
  * this process's other links (test_faults: test_rejoin_with_server_stopped). */
+#include "proto/ctxprofile.h"
 #include "chan/channel.h"
 #include "link/chanreg.h"
 #include "link/chanlink.h"
@@ -65,15 +66,22 @@ static void on_graph(ezi_watch *w, uint32_t ev) {
   if (!(ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
   long n;
   while ((n = ezi_buf_fill(&c->gin, w->fd, 4096)) > 0) {
-    while (ezi_buf_pending(&c->gin) >= 9 && ezi_buf_head(&c->gin)[0] == EZI_PROFILE) {
+    uint8_t cmd;
+    while (ezi_buf_pending(&c->gin) >= 9 &&
+           ((cmd = ezi_buf_head(&c->gin)[0]) == EZI_PROFILE || cmd == EZI_X_PROFILE_CTX)) {
       uint64_t ms = ezi_get_u64le(ezi_buf_head(&c->gin) + 1);
       ezi_buf_consume(&c->gin, 9);
+      if (cmd == EZI_X_PROFILE_CTX) { /* the whole context's (proto/ctxprofile.h) */
+        ezi_ctx_profile_all(c->ctx, ms, &c->gout);
+        continue;
+      }
       bool poll = ms >= EZI_TRACE_POLL_MS; /* `ezmsg profile --trace` (base/trace.h) */
       json_t *j = ezi_chan_profile(c, (double)(poll ? ms - EZI_TRACE_POLL_MS : ms) / 1000.0);
       if (poll) trace_members(c, j);
       ezi_outbox_put_profile(c->ctx, &c->gout, j);
     }
-    if (ezi_buf_pending(&c->gin) && ezi_buf_head(&c->gin)[0] != EZI_PROFILE) {
+    if (ezi_buf_pending(&c->gin) && (cmd = ezi_buf_head(&c->gin)[0]) != EZI_PROFILE &&
+        cmd != EZI_X_PROFILE_CTX) {
       EZI_WARN("channel %s: unknown command %u from the graph server", c->id,
                ezi_buf_head(&c->gin)[0]);
       ezi_buf_consume(&c->gin, 1);
@@ -116,6 +124,7 @@ static void on_register(chan *c, uint32_t ev) {
     ezi_buf_put_u8(&b, EZI_CHANNEL);
     ezi_buf_put_cstr(&b, c->pub_id);
     ezi_buf_put_u8(&b, EZI_X_CLIENT); /* "an ezmsg-c channel" (wire.h) */
+    ezi_xctx_encode(&b, c->ctx->id);  /* and its context (proto/ctxprofile.h) */
     bool ok = b.data && ezi_outbox_put(c->ctx, &c->gout, b.data, b.len);
     ezi_buf_free(&b);
     if (!ok) return reg_fail(c, EZ_ENOMEM);

@@ -1,17 +1,50 @@
 /* A process's membership of a graph, as the user opens and closes it: the context (core/), and
  * what the process adds over all its endpoints: in a released graph its process link
- * (procclient.c), and the trace control whose poll the endpoints' PROFILE answers call
- * (tracectl.c, registered here as ctx->trace_poll). */
+ * (procclient.c), the trace control whose poll the endpoints' PROFILE answers call (tracectl.c,
+ * registered here as ctx->trace_poll), and the profile of all its endpoints that answers our
+ * server's X_PROFILE_CTX (ctx->profile_all). */
 #include "proc/procclient.h"
 #include "proc/tracectl.h"
 #include "core/context.h"
 #include "chan/channel.h"
 #include "pub/publisher.h"
 
-/* On the I/O thread: the trace control's poll, then a released graph's process link. */
+/* One endpoint's profile as an X_PROFILE_PART frame, into b. */
+static void put_part(ezi_buf *b, json_t *j) {
+  char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  json_decref(j);
+  if (text && !ezi_buf_put_u8(b, EZI_X_PROFILE_PART)) ezi_buf_put_cstr(b, text);
+  free(text);
+}
+
+/* ctx->profile_all (core/context.h): the registered publishers and channels, each as its own
+ * PROFILE answer would be (I/O thread, where they are added and removed). */
+static void profile_all(ez_context *ctx, uint64_t window_ms, ezi_outbox *ob) {
+  double w = (double)window_ms / 1000.0;
+  ezi_buf b = {0};
+  for (size_t i = 0; i < ctx->n_pubs; i++) {
+    if (ezi_pub_registered(ctx->pubs[i])) put_part(&b, ezi_pub_profile(ctx->pubs[i], w));
+  }
+  for (size_t i = 0; i < ctx->n_chans; i++) {
+    chan *c = ctx->chans[i];
+    if (c->state == CH_CONNECTING || c->state == CH_READY) put_part(&b, ezi_chan_profile(c, w));
+  }
+  uint8_t end = EZI_X_PROFILE_END;
+  if (ezi_buf_put(&b, &end, 1)) { /* out of memory: the end alone, so the server is not kept */
+    ezi_buf_free(&b);
+    ezi_outbox_put(ctx, ob, &end, 1);
+    return;
+  }
+  ezi_outbox_put(ctx, ob, b.data, b.len);
+  ezi_buf_free(&b);
+}
+
+/* On the I/O thread: the trace control's poll and the context's profile, then a released graph's
+ * process link. */
 static void proc_start(void *arg) {
   ez_context *ctx = arg;
   ctx->trace_poll = ezi_tracectl_poll;
+  ctx->profile_all = profile_all;
   ezi_proc_start(ctx);
 }
 
@@ -20,6 +53,7 @@ static void proc_stop(void *arg) {
   ezi_proc_stop(ctx);
   ezi_tracectl_stop(ctx);
   ctx->trace_poll = NULL;
+  ctx->profile_all = NULL;
 }
 
 int ez_context_open(const char *address, ez_context **out) {

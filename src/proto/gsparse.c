@@ -1,6 +1,7 @@
 /* The graph server's request framing: which arguments follow which command (protocol.md, and
  * docs/protocol39.md for the released dialect's). */
 #include "proto/gsparse.h"
+#include "proto/ctxprofile.h"
 #include "proto/gsregistry.h"
 #include "base/wire.h"
 
@@ -96,7 +97,13 @@ int ezi_gs_parse(ezi_gs_phase phase, const uint8_t *p, size_t len, ezi_gs_req *r
   } else if (ezi_rd_u8(&r, &req->cmd)) {
     switch (phase) {
     case EZI_GS_CLIENT:
-      if (req->cmd == EZI_PROFILE_DATA) ezi_rd_str(&r, &req->a, &req->na);
+      if (req->cmd == EZI_PROFILE_DATA || req->cmd == EZI_X_PROFILE_PART) {
+        ezi_rd_str(&r, &req->a, &req->na);
+      } else if (req->cmd == EZI_X_CTX && !ezi_rd_short(&r, EZI_X_CTX_PAYLOAD)) {
+        req->pl = p + r.pos;
+        req->npl = EZI_X_CTX_PAYLOAD;
+        r.pos += EZI_X_CTX_PAYLOAD;
+      }
       break;
     case EZI_GS_SESSION: session(&r, req); break;
     case EZI_GS_PROCESS: process(&r, req); break;

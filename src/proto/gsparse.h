@@ -16,7 +16,8 @@
 typedef enum {
   EZI_GS_COMMAND,  /* a fresh connection: one request (command byte and its arguments) */
   EZI_GS_PUB_ADDR, /* a publisher registering: the str address of its channel server */
-  EZI_GS_CLIENT,   /* a registered client: COMPLETE, PROFILE_DATA and its str, or X_SUB_INFO */
+  EZI_GS_CLIENT,   /* a registered client: COMPLETE, PROFILE_DATA and its str, X_SUB_INFO, X_CTX
+                    * (its payload in pl), X_PROFILE_PART and its str, X_PROFILE_END */
   EZI_GS_SESSION,  /* a GraphContext session (released dialect): its requests */
   EZI_GS_PROCESS,  /* a process's control connection (released dialect): its requests */
   EZI_GS_NPHASES

@@ -1,6 +1,7 @@
 /* Publishers: creation through the graph server, destruction, and their profile. Publishing is
  * pubsend.c, waiting for a slot (backpressure) and segment growth pubwait.c, the I/O-thread half
  * pubserve.c. */
+#include "proto/ctxprofile.h"
 #include "pub/publisher.h"
 #include "pub/pubhot.h"
 #include "pub/publocal.h"
@@ -229,6 +230,7 @@ int ez_pub_create(ez_context *ctx, const char *topic, const ez_pub_opts *opts, e
    * COMPLETE (it wakes us through `registered`). */
   ezi_buf_put_cstr(&b, addr);
   ezi_buf_put_u8(&b, EZI_X_CLIENT); /* after the address: "an ezmsg-c publisher" (wire.h) */
+  ezi_xctx_encode(&b, ctx->id);     /* and its context (proto/ctxprofile.h) */
   ezi_outbox_put(ctx, &p->gout, b.data, b.len);
   ezi_buf_free(&b);
   pthread_mutex_lock(&p->mu);
@@ -302,6 +304,13 @@ static json_t *leases_json(ez_pub *p) {
     json_array_append_new(a, lease_json(pc->id, pc->pid, shm ? "shm" : "tcp", n));
   }
   return a;
+}
+
+bool ezi_pub_registered(ez_pub *p) {
+  pthread_mutex_lock(&p->mu);
+  bool r = p->registered;
+  pthread_mutex_unlock(&p->mu);
+  return r;
 }
 
 json_t *ezi_pub_profile(ez_pub *p, double window_s) {

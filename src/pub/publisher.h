@@ -11,5 +11,8 @@
 void ezi_pub_graph_gone(ez_pub *pub);
 /* Profile JSON of a publisher (a new reference; NULL when out of memory). I/O thread. */
 json_t *ezi_pub_profile(ez_pub *pub, double window_s);
+/* Whether the graph server has answered the publisher's PUBLISH (it is one of its clients). Any
+ * thread. */
+bool ezi_pub_registered(ez_pub *pub);
 
 #endif

@@ -68,12 +68,15 @@ static void on_graph(ezi_watch *w, uint32_t ev) {
         p->sync_pending = true;
         ezi_pub_check_sync(p);
         break;
-      case EZI_PROFILE: used = ezi_buf_pending(&p->gin) >= 9 ? 9 : 0; break;
+      case EZI_PROFILE:
+      case EZI_X_PROFILE_CTX: used = ezi_buf_pending(&p->gin) >= 9 ? 9 : 0; break;
       default: EZI_WARN("publisher %s: unknown command %u from the graph server", p->topic, cmd);
       }
       pthread_mutex_unlock(&p->mu);
       if (!used) break; /* PROFILE's argument not all here yet */
       if (cmd == EZI_PROFILE) send_profile(p, ezi_get_u64le(h + 1));
+      if (cmd == EZI_X_PROFILE_CTX) /* the whole context's (proto/ctxprofile.h) */
+        ezi_ctx_profile_all(p->ctx, ezi_get_u64le(h + 1), &p->gout);
       ezi_buf_consume(&p->gin, used);
     }
   }
