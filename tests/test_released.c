@@ -702,26 +702,6 @@ static void closed(int fd) {
   close(fd);
   char id[64];
   close(f39_session(id));
-  for (int split = 0; split < 2; split++) {
-    fd = f39_open();
-    uint8_t both[2] = {EZI_SESSION, EZI_SESSION_CLEAR};
-    if (split) {
-      rp_wr_u8(fd, both[0]);
-      th_sleep_ms(5);
-      rp_wr_u8(fd, both[1]);
-    } else {
-      rp_wr(fd, both, 2);
-    }
-    rp_rd_str(fd, id, 64);
-    assert_true(rp_is_uuid(id));
-    rp_expect_u8(fd, EZI_COMPLETE);     /* the session's */
-    rp_expect_u8(fd, EZI_COMPLETE);     /* the clear's */
-    rp_wr_u8(fd, EZI_SESSION_SNAPSHOT); /* and it is a session */
-    size_t n;
-    free(f39_rd_pickle(fd, &n));
-    rp_expect_u8(fd, EZI_COMPLETE);
-    close(fd);
-  }
 }
 
 static void test_bad_session_input(void **state) {
