@@ -177,9 +177,10 @@ if len(rel) >= 2:
                  f' | {b["rss_kib"] / a["rss_kib"]:.1f}x |')
 if prof:
     L.append("\n`ez_profile` on a server in the profiling dialect (`ezmsg serve --dialect "
-             "profiling`), where it is one PROFILE round trip (the released dialect first opens "
-             "a session, which our server tells from a PROFILE only after 50 ms, and reads the "
-             "graph's snapshot):\n")
+             "profiling`), where it is one PROFILE round trip (in the released dialect it first "
+             "asks, through a session, which processes are not ezmsg-c's: none here). Our "
+             "server asks each ezmsg-c process once (X_PROFILE_CTX) and copies the endpoints' "
+             "answers as they came once checked (docs/profiling.md):\n")
     L.append("| topics | endpoints | ez_profile ms | server CPU µs | document KiB | complete |")
     L.append("|---:|---:|---:|---:|---:|---:|")
     for r in prof:

@@ -2,7 +2,7 @@
 # Installs the Debian packages the build, tests and benchmarks need, only if any is missing.
 # Usage: scripts/deps.sh [bench]
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libjansson-dev uuid-dev libcmocka-dev libzmq3-dev
+pkgs=(build-essential cmake pkg-config libjansson-dev libyajl-dev uuid-dev libcmocka-dev libzmq3-dev
       clang libclang-rt-14-dev iproute2 python3
       # the dashboard: HTTP, and the plotting and drawing scripts built into the binary
       libmicrohttpd-dev libjs-chart.js libjs-d3

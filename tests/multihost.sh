@@ -143,7 +143,7 @@ int main(int argc, char **argv) {
 EOF
 # shellcheck disable=SC2046
 "${CC:-cc}" "${CFLAGS[@]}" -I"$EZ_SRC/include" "$T/mh_pub.c" -o "$T/mh_pub" "$EZ_BUILD/libezmsg.a" \
-  $(pkg-config --libs jansson uuid 2>/dev/null || echo -ljansson -luuid) -lpthread -lrt ||
+  $(pkg-config --libs jansson yajl uuid 2>/dev/null || echo -ljansson -lyajl -luuid) -lpthread -lrt ||
   fail "cannot build the publisher helper"
 MH_PUB=("$T/mh_pub")
 

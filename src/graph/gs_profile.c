@@ -7,16 +7,17 @@
  * when the profile traces, which each endpoint does on its own) gets PROFILE and answers
  * PROFILE_DATA.
  *
- * The answer is put together from the endpoints' own JSON texts, not re-encoded: each is parsed
- * once, to check that it is an object of the right "type" (what a peer sends is not trusted), and
- * then copied as it came, with "dialect": "profiling" (how it was answered, as ez_profile marks
- * every entry) and, for a channel that did not say it, its "topic" spliced in after its opening
- * brace. */
+ * The answer is put together from the endpoints' own JSON texts, not re-encoded: each is checked
+ * (proto/profentry.h: an object of the right "type" that no reader of the whole can choke on;
+ * what a peer sends is not trusted), and then copied as it came, with "dialect": "profiling" (how
+ * it was answered, as ez_profile marks every entry) and, for a channel that did not say it, its
+ * "topic" spliced in after its opening brace. */
 #include "graph/gs_profile.h"
 #include "base/trace.h"
 #include "graph/gs_conn.h"
 #include "proto/ctxprofile.h"
 #include "proto/gsregistry.h"
+#include "proto/profentry.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -150,21 +151,15 @@ void ezi_gs_profile(server *s, conn *c, uint64_t window_ms) {
   ezi_gs_op_launch(o, PROFILE_TIMEOUT_NS);
 }
 
-/* The entry of an answer (text, n bytes; its parse, doc) into *out (after a comma if it holds
- * entries already): "dialect" and, for a channel without one, "topic" spliced in after the
- * opening brace. False when out of memory (or when the text does not begin with the brace,
- * which its parse rules out). */
-static bool entry(server *s, const char *text, size_t n, json_t *doc, bool channel, ezi_buf *out) {
-  while (n && (*text == ' ' || *text == '\t' || *text == '\n' || *text == '\r'))
-    text++, n--; /* (JSON's white space; the object's brace follows) */
-  if (!n || *text != '{') return false;
+/* The entry of an answer (text, n bytes, checked: e) into *out (after a comma if it holds entries
+ * already): "dialect" and, for a channel without one, "topic" spliced in after the opening brace.
+ * False when out of memory. */
+static bool entry(server *s, const char *text, size_t n, const ezi_prof_entry *e, ezi_buf *out) {
   size_t was = out->len;
   int rc = put(out, ezi_buf_pending(out) ? ",{" : "{");
-  if (!json_object_get(doc, "dialect")) rc |= put(out, "\"dialect\":\"profiling\",");
-  if (channel && !json_object_get(doc, "topic")) {
-    json_t *pid = json_object_get(doc, "pub_id");
-    const char *ps = json_is_string(pid) ? json_string_value(pid) : "";
-    conn *pub = ezi_gs_find_pub(s, ps, strlen(ps));
+  if (!e->has_dialect) rc |= put(out, "\"dialect\":\"profiling\",");
+  if (e->type == EZI_PE_CHANNEL && !e->has_topic) {
+    conn *pub = ezi_gs_find_pub(s, e->pub_id, strlen(e->pub_id));
     json_t *topic = pub ? json_string(pub->topic) : NULL;
     char *t = topic ? json_dumps(topic, JSON_ENCODE_ANY) : NULL;
     if (t) {
@@ -175,26 +170,26 @@ static bool entry(server *s, const char *text, size_t n, json_t *doc, bool chann
     free(t);
     json_decref(topic);
   }
-  /* text[0] is the brace: the object has a key ("type"), so a comma may precede the rest */
-  rc |= ezi_buf_put(out, text + 1, n - 1);
+  /* the object has a key ("type"), so a comma may precede the rest after its brace */
+  rc |= ezi_buf_put(out, text + e->brace + 1, n - e->brace - 1);
   if (rc) out->len = was; /* (what it had stays whole) */
   return rc == 0;
 }
 
 /* One endpoint's JSON (json, n bytes) from c, for op o: kept if it is an object whose "type" is
- * `want` (NULL: "publisher" or "channel"). */
-static void take(server *s, conn *c, op *o, const char *json, size_t n, const char *want) {
-  json_error_t err;
-  json_t *doc = json_loadb(json, n, JSON_REJECT_DUPLICATES, &err);
-  json_t *type = doc ? json_object_get(doc, "type") : NULL;
-  const char *t = json_is_string(type) ? json_string_value(type) : "";
-  bool channel = !strcmp(t, "channel");
-  if (!json_is_object(doc) || (want ? strcmp(t, want) : !channel && strcmp(t, "publisher"))) {
-    EZI_WARN_RL("graph server: client %s sent an unusable profile", c->id);
-  } else if (!entry(s, json, n, doc, channel, channel ? &o->chans : &o->pubs)) {
+ * `want` (EZI_PE_OTHER: publisher or channel). */
+static void take(server *s, conn *c, op *o, const char *json, size_t n, int want) {
+  ezi_prof_entry e;
+  const char *why = NULL;
+  int rc = ezi_prof_entry_check(json, n, &e, &why);
+  if (!rc && (e.type == EZI_PE_OTHER || (want != EZI_PE_OTHER && e.type != want)))
+    why = "not a profile of its kind", rc = EZ_EPROTO;
+  if (rc) {
+    EZI_WARN_RL("graph server: client %s sent an unusable profile (%s)", c->id,
+                why ? why : ez_strerror(rc));
+  } else if (!entry(s, json, n, &e, e.type == EZI_PE_CHANNEL ? &o->chans : &o->pubs)) {
     EZI_WARN_RL("graph server: could not keep the profile of client %s", c->id);
   }
-  json_decref(doc);
 }
 
 void ezi_gs_profile_data(server *s, conn *c, const char *json, size_t n) {
@@ -207,7 +202,7 @@ void ezi_gs_profile_data(server *s, conn *c, const char *json, size_t n) {
       EZI_WARN_RL("graph server: client %s answered its context's profile with PROFILE_DATA",
                   c->id);
     else
-      take(s, c, o, json, n, kind == ASK_CHAN ? "channel" : "publisher");
+      take(s, c, o, json, n, kind == ASK_CHAN ? EZI_PE_CHANNEL : EZI_PE_PUBLISHER);
     ezi_gs_op_answer(o);
   }
   ezi_gs_op_unref(o);
@@ -223,7 +218,7 @@ void ezi_gs_profile_part(server *s, conn *c, const char *json, size_t n) {
     return;
   }
   o->parts_left[w->slot]--;
-  take(s, c, o, json, n, NULL);
+  take(s, c, o, json, n, EZI_PE_OTHER);
 }
 
 void ezi_gs_profile_end(server *s, conn *c) {
