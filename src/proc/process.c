@@ -27,7 +27,8 @@ static void profile_all(ez_context *ctx, uint64_t window_ms, ezi_outbox *ob) {
   }
   for (size_t i = 0; i < ctx->n_chans; i++) {
     chan *c = ctx->chans[i];
-    if (c->state == CH_CONNECTING || c->state == CH_READY) put_part(&b, ezi_chan_profile(c, w));
+    /* (registered, and still a client of the server: what it would ask itself) */
+    if (c->state != CH_REGISTERING && c->gw.fd >= 0) put_part(&b, ezi_chan_profile(c, w));
   }
   uint8_t end = EZI_X_PROFILE_END;
   if (ezi_buf_put(&b, &end, 1)) { /* out of memory: the end alone, so the server is not kept */
