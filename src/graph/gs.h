@@ -106,7 +106,6 @@ struct op {
   /* OP_PROFILE (gs_profile.c) */
   uint64_t window_ms;
   ezi_buf pubs, chans; /* the entries so far: JSON objects, comma-separated */
-  size_t n_slots;      /* connections asked */
   uint8_t *slot_kind;  /* per slot: what was asked of it (gs_profile.c) */
   size_t *parts_left;  /* per slot: X_PROFILE_PART frames it may still send */
 };

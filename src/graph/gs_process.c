@@ -58,7 +58,8 @@ static bool owns(const conn *c, const char *address) {
   return c->st == C_PROCESS && has_unit(c->proc, address);
 }
 
-conn *ezi_gs_process_of_unit(server *s, const char *address) {
+/* The process connection owning unit `address`, or NULL. */
+static conn *process_of_unit(server *s, const char *address) {
   for (conn *c = s->conns; c; c = c->next)
     if (owns(c, address)) return c;
   return NULL;
@@ -124,7 +125,7 @@ static int set_units(gs_process *p, bool replace, const ezi_m39_strs *add,
 /* A unit of `units` that another process owns, or NULL. */
 static const char *conflict(server *s, conn *c, const ezi_m39_strs *units) {
   for (size_t i = 0; i < units->n; i++) {
-    conn *o = ezi_gs_process_of_unit(s, units->v[i]);
+    conn *o = process_of_unit(s, units->v[i]);
     if (o && o != c) return units->v[i];
   }
   return NULL;
@@ -238,7 +239,7 @@ void ezi_gs_route(server *s, conn *c, const ezi_gs_req *q) {
     free(operation);
     return;
   }
-  conn *proc = ezi_gs_process_of_unit(s, unit);
+  conn *proc = process_of_unit(s, unit);
   if (!proc) {
     char msg[300];
     snprintf(msg, sizeof msg, "No process owns unit '%.200s'", unit);

@@ -18,8 +18,6 @@ void ezi_gs_process_request(server *s, conn *c, const ezi_gs_req *q);
 void ezi_gs_route(server *s, conn *c, const ezi_gs_req *q);
 /* The session c left: its routed requests are abandoned (their answers are dropped). */
 void ezi_gs_routes_session_gone(server *s, conn *c);
-/* The process connection owning unit `address`, or NULL. */
-conn *ezi_gs_process_of_unit(server *s, const char *address);
 /* A process's registration for snapshots: *pid (-1: none), *host (NULL: none), its units
  * (borrowed until the process's next request). */
 void ezi_gs_process_info(const conn *c, bool *registered, int64_t *pid, const char **host,

@@ -144,7 +144,6 @@ void ezi_gs_profile(server *s, conn *c, uint64_t window_ms) {
     ask(o, k, slot++, ASK_CTX, &all); /* the context's first connection answers for all */
     i = j;
   }
-  o->n_slots = slot;
   ezi_buf_free(&one);
   ezi_buf_free(&all);
   free(v);
