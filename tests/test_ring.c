@@ -1,12 +1,16 @@
-/* The shared-memory notice ring between two ezmsg-c processes (src/proto/shmring.c, the ring mode of
- * src/ring/localchan.c): the mapping rules (what a channel accepts and removes), and a real publisher
- * process whose notices reach this process through the ring, or through TX_SHM frames when the
- * ring is turned off. */
+/* The shared-memory notice ring between two ezmsg-c processes (src/proto/shmring.c, the ring mode
+ * of src/ring/localchan.c): the mapping rules (what a channel accepts and removes), a real
+ * publisher process whose notices reach this process through the ring, or through TX_SHM frames
+ * when the ring is turned off, and the receiver that sleeps on the ring's word: woken by the
+ * publisher directly, by an older publisher's frame, by its link's end, and not fooled by a peer
+ * that wakes it for nothing. */
 #include "harness.h"
 #include "proto/marshal.h"
 #include "rawproto.h"
 #include "proto/shmring.h"
+#include "base/futex.h"
 #include "base/wire.h"
+#include "chan/channel.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -15,12 +19,14 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -303,6 +309,252 @@ static void test_ring_out_of_range(void **state) {
   ring_violation(1);
 }
 
+/* ---- the receiver asleep on the ring's word ------------------------------------------------- */
+
+/* ez_recv on another thread, which the test watches from /proc. */
+typedef struct receiver {
+  ez_sub *s;
+  int timeout_ms;
+  pthread_t th;
+  int tid; /* atomic: set once the thread runs */
+  int rc;
+  uint64_t msg_id;
+  char text[16];
+} receiver;
+
+static void *receiver_main(void *arg) {
+  receiver *r = arg;
+  __atomic_store_n(&r->tid, (int)gettid(), __ATOMIC_SEQ_CST);
+  ez_msg m;
+  r->rc = ez_recv(r->s, &m, r->timeout_ms);
+  if (r->rc == 0) {
+    r->msg_id = m.msg_id;
+    snprintf(r->text, sizeof r->text, "%.*s", (int)m.len, (const char *)m.data);
+    ez_msg_release(&m);
+  }
+  return NULL;
+}
+
+static void receiver_start(receiver *r, ez_sub *s, int timeout_ms) {
+  *r = (receiver){.s = s, .timeout_ms = timeout_ms};
+  assert_int_equal(pthread_create(&r->th, NULL, receiver_main, r), 0);
+}
+
+/* Whether thread tid of this process sleeps in a futex wait on a word shared between processes
+ * (FUTEX_WAIT_BITSET, 9: a condition variable's wait is private, 0x89 or 0x189). */
+static bool in_shared_futex_wait(int tid) {
+  char path[64], line[256] = "";
+  snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  bool ok = fgets(line, sizeof line, f) != NULL;
+  fclose(f);
+  unsigned long nr = 0, a0 = 0, op = 0;
+  return ok && sscanf(line, "%lu %lx %lx", &nr, &a0, &op) == 3 && nr == SYS_futex && op == 9;
+}
+
+/* Waits until r's thread sleeps on the ring's word. */
+static void receiver_sleeps(receiver *r) {
+  int64_t end = th_now_ms() + TMO;
+  int tid;
+  while (!(tid = __atomic_load_n(&r->tid, __ATOMIC_SEQ_CST)) && th_now_ms() < end)
+    th_sleep_ms(1);
+  while (!in_shared_futex_wait(tid) && th_now_ms() < end)
+    th_sleep_ms(1);
+  assert_true(in_shared_futex_wait(tid));
+}
+
+/* As fake_put, without the TX_SHM frame: what a publisher of ours does while the channel is awake
+ * or asleep on the word. */
+static void fake_put_silent(fake *f, uint64_t id, const char *text) {
+  uint8_t *slot = ez_shm_buffer(f->seg, id % 4);
+  size_t n = strlen(text);
+  ezi_marshal_bytes_header(slot, id, n);
+  memcpy(slot + EZI_MARSHAL_BYTES_HDR, text, n);
+  ezi_ring_entry *e = &f->ring.e[id % 4];
+  e->msg_id = id;
+  e->t0 = mono_ns();
+  e->gen = 0;
+  __atomic_store_n(&e->refs, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&f->ring.h->published, id + 1, __ATOMIC_SEQ_CST);
+}
+
+/* A subscriber here and a hand-made publisher whose first message (with its TX_SHM, which names
+ * the segment) was taken. */
+static void word_setup(ez_context **ctx, ez_sub **s, fake *f, const char *topic) {
+  assert_int_equal(ez_context_open(th_addr, ctx), 0);
+  assert_int_equal(ez_sub_create(*ctx, topic, NULL, s), 0);
+  fake_start(f, topic);
+  fake_put(f, 0, 0, "first", 1);
+  ez_msg m;
+  assert_int_equal(ez_recv(*s, &m, TMO), 0);
+  assert_int_equal(m.msg_id, 0);
+  ez_msg_release(&m);
+  /* What the receiver asked for meanwhile (it may have slept before the ring started), taken as
+   * a publisher's next put takes it. */
+  __atomic_store_n(&f->ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST);
+}
+
+/* The publisher's way: the receiver asked for the word (rx_sleep), sleeps on it, and one wake-up
+ * of the word, with no frame, brings it the message. */
+static void test_word_woken_by_publisher(void **state) {
+  (void)state;
+  ez_context *ctx;
+  ez_sub *s;
+  fake f;
+  word_setup(&ctx, &s, &f, "/ring/word");
+  receiver r;
+  receiver_start(&r, s, TMO);
+  receiver_sleeps(&r);
+  fake_put_silent(&f, 1, "direct");
+  uint32_t want = __atomic_exchange_n(&f.ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST);
+  assert_true(want & EZI_RING_WANT_WORD);
+  assert_false(want & EZI_RING_WANT_FRAME);                /* one source, no fd: no frame wanted */
+  assert_int_equal(ezi_futex_wake(&f.ring.h->rx_word), 1); /* exactly the receiver woke */
+  pthread_join(r.th, NULL);
+  assert_int_equal(r.rc, 0);
+  assert_int_equal(r.msg_id, 1);
+  assert_string_equal(r.text, "direct");
+  fake_end(&f);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
+/* An older publisher sends a TX_SHM frame for any request: the channel's I/O thread pulls and
+ * wakes the receiver through the word (it is bumped by this process). */
+static void test_word_woken_by_frame(void **state) {
+  (void)state;
+  ez_context *ctx;
+  ez_sub *s;
+  fake f;
+  word_setup(&ctx, &s, &f, "/ring/frame");
+  receiver r;
+  receiver_start(&r, s, TMO);
+  receiver_sleeps(&r);
+  uint32_t w0 = __atomic_load_n(&f.ring.h->rx_word, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&f.ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST); /* (an older one stores 0) */
+  fake_put(&f, 1, 1, "framed", 2);
+  pthread_join(r.th, NULL);
+  assert_int_equal(r.rc, 0);
+  assert_int_equal(r.msg_id, 1);
+  assert_string_equal(r.text, "framed");
+  assert_true(__atomic_load_n(&f.ring.h->rx_word, __ATOMIC_SEQ_CST) != w0);
+  fake_end(&f);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
+typedef struct storm {
+  uint32_t *word;
+  bool stop; /* atomic */
+  long wakes;
+} storm;
+
+static void *storm_main(void *arg) {
+  storm *st = arg;
+  while (!__atomic_load_n(&st->stop, __ATOMIC_SEQ_CST)) {
+    ezi_futex_wake(st->word);
+    st->wakes++;
+  }
+  return NULL;
+}
+
+/* A peer that wakes the word over and over with nothing published: the receiver looks again each
+ * time and still waits its whole timeout, and gives nothing out. Then the link ends while it
+ * sleeps: the channel's leave wakes the word too. */
+static void test_word_spurious_and_link_end(void **state) {
+  (void)state;
+  ez_context *ctx;
+  ez_sub *s;
+  fake f;
+  word_setup(&ctx, &s, &f, "/ring/storm");
+  storm st = {.word = &f.ring.h->rx_word};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, storm_main, &st), 0);
+  ez_msg m;
+  assert_int_equal(ez_recv(s, &m, 300), EZ_ETIMEDOUT);
+  __atomic_store_n(&st.stop, true, __ATOMIC_SEQ_CST);
+  pthread_join(th, NULL);
+  assert_true(st.wakes > 0);
+
+  receiver r;
+  receiver_start(&r, s, 2000);
+  receiver_sleeps(&r);
+  uint32_t w0 = __atomic_load_n(&f.ring.h->rx_word, __ATOMIC_SEQ_CST);
+  close(f.data); /* the publisher goes: the channel leaves, and wakes the sleeper */
+  f.data = -1;
+  int64_t end = th_now_ms() + TMO;
+  while (__atomic_load_n(&f.ring.h->rx_word, __ATOMIC_SEQ_CST) == w0 && th_now_ms() < end)
+    th_sleep_ms(1);
+  assert_true(__atomic_load_n(&f.ring.h->rx_word, __ATOMIC_SEQ_CST) != w0);
+  pthread_join(r.th, NULL);
+  assert_int_equal(r.rc, EZ_ETIMEDOUT);
+  fake_end(&f);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
+/* The ring header of ctx's one shared-ring channel (chan/channel.h), or NULL. */
+static ezi_ring_hdr *ring_of(ez_context *ctx) {
+  ezi_ring_hdr *h = NULL;
+  pthread_mutex_lock(&ctx->mu);
+  for (size_t i = 0; i < ctx->n_chans; i++)
+    if (ctx->chans[i]->rx->shared_ring) h = ctx->chans[i]->ring.h;
+  pthread_mutex_unlock(&ctx->mu);
+  return h;
+}
+
+/* A real publisher (another context: a ring between them, as between processes) and a receiver
+ * that sleeps before each message: with the word on, the publisher wakes it through the word for
+ * every one of them; with EZMSG_SHM_WAKE=0 (the receiver's side), through frames only. */
+static void publisher_wakes(bool word) {
+  setenv("EZMSG_SPIN_US", "0", 1); /* nobody polls: the receiver sleeps for each message */
+  if (!word) setenv(EZ_SHM_WAKE_ENV, "0", 1);
+  ez_context *cp, *cs;
+  assert_int_equal(ez_context_open(th_addr, &cp), 0);
+  assert_int_equal(ez_context_open(th_addr, &cs), 0);
+  unsetenv("EZMSG_SPIN_US");
+  unsetenv(EZ_SHM_WAKE_ENV);
+  ez_sub *s;
+  ez_pub *p;
+  assert_int_equal(ez_sub_create(cs, "/ring/wakes", NULL, &s), 0);
+  assert_int_equal(ez_pub_create(cp, "/ring/wakes", NULL, &p), 0);
+  const int n = 20;
+  for (int i = 0; i < n; i++) {
+    receiver r;
+    receiver_start(&r, s, TMO);
+    if (i > 0 && word) receiver_sleeps(&r); /* (the first message starts the ring) */
+    if (i > 0 && !word) th_sleep_ms(2);
+    char text[16];
+    snprintf(text, sizeof text, "m%d", i);
+    assert_int_equal(ez_publish(p, text, strlen(text), TMO), 0);
+    pthread_join(r.th, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_string_equal(r.text, text);
+  }
+  ezi_ring_hdr *h = ring_of(cs);
+  assert_non_null(h);
+  uint32_t wakes = __atomic_load_n(&h->pub_wakes, __ATOMIC_RELAXED);
+  if (word)
+    assert_true(wakes >= (uint32_t)n - 1); /* every message after the ring started */
+  else
+    assert_int_equal(wakes, 0);
+  ez_pub_destroy(p);
+  ez_sub_destroy(s);
+  ez_context_close(cp);
+  ez_context_close(cs);
+}
+
+static void test_publisher_wakes_word(void **state) {
+  (void)state;
+  publisher_wakes(true);
+}
+
+static void test_publisher_wakes_frames(void **state) {
+  (void)state;
+  publisher_wakes(false);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_create_attach),
@@ -312,6 +564,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stream_without_ring, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_ring_wrong_entry, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_ring_out_of_range, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_word_woken_by_publisher, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_word_woken_by_frame, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_word_spurious_and_link_end, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_publisher_wakes_word, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_publisher_wakes_frames, th_setup, th_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -59,6 +59,10 @@ extern "C" {
 /* "0" turns off the shared-memory notice ring between ezmsg-c processes (they then use the
  * protocol's TX_SHM / RX_ACK over TCP, as with Python peers). See ez_context_open. */
 #define EZ_SHM_RING_ENV "EZMSG_SHM_RING"
+/* "0" makes a receiver of that ring sleep as for any other channel, woken through its I/O thread
+ * by a TX_SHM frame, instead of on a word in the ring that the publisher wakes directly. See
+ * ez_context_open. */
+#define EZ_SHM_WAKE_ENV "EZMSG_SHM_WAKE"
 /* How many messages a publisher may have unacknowledged on a TCP link to an ezmsg-c channel
  * (0..16384, default 8192; 0: num_buffers, as with Python peers). Once num_buffers messages
  * are in flight on a link, another goes only while they all take at most 8 MiB. See
@@ -286,7 +290,9 @@ typedef struct ez_context ez_context;
  *
  * Between two ezmsg-c processes on one machine, notices and releases go through a ring in shared
  * memory instead of TX_SHM / RX_ACK frames, negotiated per channel (Python peers never see it);
- * $EZMSG_SHM_RING=0 turns that off for this context's channels and publishers. Over TCP between
+ * $EZMSG_SHM_RING=0 turns that off for this context's channels and publishers. A thread that
+ * waits in ez_recv for such a ring alone sleeps on a word in it, which the publisher wakes
+ * directly ($EZMSG_SHM_WAKE=0: through this context's I/O thread instead). Over TCP between
  * two ezmsg-c processes, a publisher may have up to $EZMSG_TCP_WINDOW messages unacknowledged per
  * channel instead of num_buffers (default 8192, within 8 MiB beyond num_buffers; 0: off). A
  * window costs ~80 bytes per message of it on the channel's side, ~16 on the publisher's, and a

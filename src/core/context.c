@@ -243,11 +243,12 @@ static uint64_t spin_us(void) {
   return (uint64_t)v;
 }
 
-/* $EZMSG_SHM_RING: "0" turns the shared-memory ring with other ezmsg-c processes off. */
-static bool ring_ok(void) {
-  const char *e = getenv(EZ_SHM_RING_ENV);
+/* A switch that is on unless $name is "0". $EZMSG_SHM_RING: the shared-memory ring with other
+ * ezmsg-c processes; $EZMSG_SHM_WAKE: its receivers woken directly by the publisher. */
+static bool env_on(const char *name) {
+  const char *e = getenv(name);
   if (!e || !*e || !strcmp(e, "1")) return true;
-  if (strcmp(e, "0")) EZI_WARN("%s=%s: not 0 or 1; the ring stays on", EZ_SHM_RING_ENV, e);
+  if (strcmp(e, "0")) EZI_WARN("%s=%s: not 0 or 1; it stays on", name, e);
   return strcmp(e, "0") != 0;
 }
 
@@ -324,7 +325,8 @@ int ezi_ctx_new(const char *address, ez_context **out) {
   if (!rc && !(ctx->tick = ezi_tick_new(ctx->loop))) rc = EZ_ENOMEM;
   if (!rc) {
     ctx->spin_ns = spin_us() * 1000u;
-    ctx->ring_ok = ring_ok();
+    ctx->ring_ok = env_on(EZ_SHM_RING_ENV);
+    ctx->ring_wake = env_on(EZ_SHM_WAKE_ENV);
     ctx->tcp_window = tcp_window();
     ezi_loop_set_spin(ctx->loop, ctx->spin_ns);
     ezi_loop_set_wake_hook(ctx->loop, flush_dirty, ctx);

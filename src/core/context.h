@@ -107,6 +107,7 @@ struct ez_context {
   ezi_outbox *dirty;
   uint64_t spin_ns;    /* how long threads poll before sleeping ($EZMSG_SPIN_US) */
   bool ring_ok;        /* shared-memory rings with other ezmsg-c processes ($EZMSG_SHM_RING) */
+  bool ring_wake;      /* their receivers sleep on the ring's word ($EZMSG_SHM_WAKE) */
   uint32_t tcp_window; /* messages in flight on a TCP link between ezmsg-c peers (0: off) */
   int resignal_posted; /* atomic: the I/O thread is asked to signal ring channels' waiters */
   int acks_posted;     /* atomic: the I/O thread is asked to acknowledge TCP rings (tcpring.c) */

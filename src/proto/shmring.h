@@ -5,13 +5,13 @@
  * notice nor an ack needs a system call while both sides are busy. Internal; not installed.
  *
  * Layout (native endianness and alignment: both ends run on the same machine): a 256-byte header
- * of four cache lines (magic and num_buffers; `published`; `pub_wants`; `rx_sleep` and
- * `start_gen`), then num_buffers entries of one cache line each. The publisher creates it (mode
- * 0600) and sends its name; the channel maps it and removes the name at once, so a crash of either
- * side leaves nothing in /dev/shm. If both die before that (the publisher between creating it and
- * the channel mapping it), the name stays behind. Its creator holds a shared flock on it for as
- * long as its mapping lasts, so the next ezmsg-c process to create a ring removes a name nobody
- * holds (ezi_ring_sweep). The name also carries the creator's pid, for whoever looks at
+ * of four cache lines (magic and num_buffers; `published`; `pub_wants`; `rx_sleep`, `start_gen`,
+ * `rx_word`, `pub_wakes`), then num_buffers entries of one cache line each. The publisher creates
+ * it (mode 0600) and sends its name; the channel maps it and removes the name at once, so a crash
+ * of either side leaves nothing in /dev/shm. If both die before that (the publisher between
+ * creating it and the channel mapping it), the name stays behind. Its creator holds a shared flock
+ * on it for as long as its mapping lasts, so the next ezmsg-c process to create a ring removes a
+ * name nobody holds (ezi_ring_sweep). The name also carries the creator's pid, for whoever looks at
  * /dev/shm. */
 #ifndef EZI_SHMRING_H
 #define EZI_SHMRING_H
@@ -37,10 +37,23 @@ typedef struct ezi_ring_hdr {
   uint64_t num_buffers;
   _Alignas(64) uint64_t published; /* atomic: every id below it has been put */
   _Alignas(64) uint32_t pub_wants; /* atomic: 0, slot + 1 the publisher sleeps for, or ~0u (any) */
-  _Alignas(64) uint32_t rx_sleep;  /* atomic: the channel wants a TX_SHM frame at the next put */
+  _Alignas(64) uint32_t rx_sleep;  /* atomic: what the channel wants at the next put (bits below;
+                                    * 0: nothing) */
   uint32_t start_gen;              /* the segment generation current when the ring started (for
                                     * debugging: a TX_SHM frame names each generation's segment) */
+  uint32_t rx_word;   /* atomic: a futex word the channel's receivers sleep on (base/futex.h) */
+  uint32_t pub_wakes; /* the publisher's direct wake-ups of rx_word so far (for tests, debugging) */
 } ezi_ring_hdr;
+
+/* rx_sleep's bits. A channel that arms the ring ORs in what it wants; the publisher's next put
+ * takes them all (one exchange with 0). EZI_RING_WANT_FRAME: a TX_SHM frame, which wakes the
+ * channel's I/O thread (the protocol's way; every bit but EZI_RING_WANT_WORD asks for it, so an
+ * older channel's 1 still does). EZI_RING_WANT_WORD: a receiver sleeps on rx_word itself: add one
+ * to it and wake it (ezi_futex_wake), with no frame and no I/O thread in between. A publisher
+ * that knows only the frame sends one for any bit, which still wakes such a receiver (through
+ * its I/O thread), so either side may be older. */
+#define EZI_RING_WANT_FRAME 1u
+#define EZI_RING_WANT_WORD 2u
 
 typedef struct ezi_ring {
   ezi_ring_hdr *h;

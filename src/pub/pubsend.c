@@ -5,6 +5,7 @@
 #include "pub/pubwait.h"
 #include "pub/pubhot.h"
 #include "pub/pubwin.h"
+#include "base/futex.h"
 
 #include <string.h>
 
@@ -56,10 +57,17 @@ static void ring_put(ez_pub *p, pub_chan *pc, uint64_t id, uint64_t now) {
   p->in_flight++;
   /* One exchange, not a load and a store: a receiver that arms rx_sleep again between the two
    * would have its announcement overwritten and sleep through the next messages. The load is a
-   * plain one first, so that a receiver that is awake costs no write to the shared line. */
-  bool wake = __atomic_load_n(&pc->ring.h->rx_sleep, __ATOMIC_SEQ_CST) &&
-              __atomic_exchange_n(&pc->ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST);
-  if (wake || pc->ring_gen != p->seg_gen) {
+   * plain one first, so that a receiver that is awake costs no write to the shared line. A
+   * receiver that sleeps on the ring's word is woken here directly (shmring.h); anything else
+   * asked for gets a frame, which wakes the channel's I/O thread. */
+  uint32_t want = __atomic_load_n(&pc->ring.h->rx_sleep, __ATOMIC_SEQ_CST);
+  if (want) want = __atomic_exchange_n(&pc->ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST);
+  if (want & EZI_RING_WANT_WORD) {
+    uint32_t *n = &pc->ring.h->pub_wakes;
+    __atomic_store_n(n, __atomic_load_n(n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+    ezi_futex_wake(&pc->ring.h->rx_word);
+  }
+  if ((want & ~EZI_RING_WANT_WORD) || pc->ring_gen != p->seg_gen) {
     pc->ring_gen = p->seg_gen;
     put_named(p, pc, EZI_TX_SHM, id, p->seg->shm.name);
   }

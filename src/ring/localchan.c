@@ -17,6 +17,7 @@
  * sees the other: the producer wakes a receiver that set want_signal, a receiver wakes a producer
  * whose pub_wants names the freed entry. Both wakes go through the sleeper's own lock. */
 #include "ring/localchan.h"
+#include "base/futex.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,7 @@ void ezi_lchan_unjoin(ezi_lring *r, size_t from) {
     chan_sub *cs = r->lsubs[--r->n_lsubs];
     ezi_lrecv *s = cs->rv;
     pthread_mutex_lock(s->mu);
+    ezi_lchan_wake_word(s);
     for (size_t j = 0; j < s->n_locals; j++)
       if (s->locals[j] == cs) s->locals[j] = s->locals[--s->n_locals];
     if (s->max_queue) __atomic_store_n(&r->n_leaky, r->n_leaky - 1, __ATOMIC_RELAXED);
@@ -174,6 +176,49 @@ void ezi_lchan_signal_all(ezi_lring *r) {
 
 /* ---- receiver side ------------------------------------------------------------------------- */
 
+static bool done_with(ezi_lrecv *s, chan_sub *cs);
+
+chan_sub *ezi_lchan_arm_word(ezi_lrecv *s, uint32_t **word, uint32_t *val) {
+  if (s->n_locals != 1) return NULL;
+  chan_sub *cs = s->locals[0];
+  ezi_lring *r = cs->lr;
+  if (cs->gone || cs->cut || cs->no_word || !r->ops->arm_word) return NULL;
+  *word = r->ops->arm_word(r, val);
+  return *word ? cs : NULL;
+}
+
+/* The longest a receiver sleeps on a producer's word before it looks again (ezi_lchan_sleep). */
+#define WORD_SLICE_NS 1000000000ull
+
+int ezi_lchan_sleep(ezi_lrecv *s, chan_sub *cs, uint32_t *word, uint32_t val, uint64_t deadline) {
+  cs->sleeping = true; /* (cs, its channel and so the word stay: done_with) */
+  s->sleep_word = word;
+  pthread_mutex_unlock(s->mu);
+  uint64_t slice = ezi_now_ns() + WORD_SLICE_NS;
+  int rc = ezi_futex_wait(word, val, slice < deadline ? slice : deadline);
+  pthread_mutex_lock(s->mu);
+  s->sleep_word = NULL;
+  cs->sleeping = false;
+  if (rc ==
+      EZ_ESYS) { /* the word cannot be slept on: this membership's receiver waits its own way */
+    cs->no_word = true;
+    rc = 0;
+  }
+  if (rc == EZ_ETIMEDOUT && ezi_now_ns() < deadline) rc = 0; /* only the slice passed */
+  if (done_with(s, cs)) { /* it left meanwhile, and waited for this thread to let go */
+    pthread_mutex_unlock(s->mu);
+    cs->done(cs);
+    pthread_mutex_lock(s->mu);
+  }
+  return rc;
+}
+
+void ezi_lchan_wake_word(ezi_lrecv *s) {
+  if (!s->sleep_word) return;
+  ezi_futex_wake(s->sleep_word);
+  s->sleep_word = NULL; /* once is enough: the thread looks at everything when it wakes */
+}
+
 /* The first id cs may not take yet (s->mu held). `published` only grows, so while cs has not
  * taken all it saw last time, that is still a lower bound: the line is read again only when cs
  * would otherwise find nothing, as in Lamport's queue with cached indices. */
@@ -213,6 +258,7 @@ static chan_sub *draining(ezi_lrecv *s) {
 void ezi_lchan_cut(chan_sub *cs) {
   pthread_mutex_lock(cs->rv->mu);
   cs->cut = true;
+  ezi_lchan_wake_word(cs->rv);
   pthread_mutex_unlock(cs->rv->mu);
 }
 
@@ -305,7 +351,7 @@ static void unlist(ezi_lrecv *s, chan_sub *cs) {
 /* Whether cs, which left, is done with (s->mu held): it holds nothing, and has nothing left to
  * take (a TCP ring's member drains what it had queued); then it is unlisted too. */
 static bool done_with(ezi_lrecv *s, chan_sub *cs) {
-  if (!cs->gone || cs->leaving || cs->held || cs->next < cs->end) return false;
+  if (!cs->gone || cs->leaving || cs->sleeping || cs->held || cs->next < cs->end) return false;
   unlist(s, cs);
   return true;
 }
@@ -433,6 +479,7 @@ void ezi_lchan_leave(chan_sub *cs, bool release_viewed) {
   cs->end = stop;
   if (!drain) cs->next = stop;
   cs->gone = cs->leaving = true;
+  ezi_lchan_wake_word(s); /* a thread asleep on its producer's word looks again */
   pthread_mutex_unlock(s->mu);
   uint64_t now = ezi_tel_now();
   for (uint64_t id = from; !drain && id < stop; id++) /* what it had not taken yet */

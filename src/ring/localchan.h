@@ -50,6 +50,12 @@ typedef struct ezi_lring_ops {
   /* Optional (with pull): a receiver that pulled could not signal the other members that wait
    * (it holds its own lock, not theirs): asks someone who can. Any thread. */
   void (*resignal)(ezi_lring *r);
+  /* Optional: a receiver whose one source is this ring may sleep on a word of the producer's,
+   * which the producer wakes directly (base/futex.h), instead of on its condition variable. Asks
+   * the producer for that wake-up at its next message and returns the word, with *val its value
+   * now (before the receiver looks again); NULL if the producer cannot (a receiver's lock
+   * held). */
+  uint32_t *(*arm_word)(ezi_lring *r, uint32_t *val);
   /* The producer puts holding the membership lock and trims leaky members itself as it puts; the
    * others' I/O thread trims after each batch (ezi_lchan_trim_members). */
   bool producer_trims;
@@ -105,6 +111,8 @@ struct ezi_lrecv {
   char pad0_[64];       /* producers read want_signal per message: a line of its own */
   uint32_t want_signal; /* atomic: a producer must signal it at its next message */
   char pad1_[64];
+  uint32_t *sleep_word; /* the producer's word its thread sleeps on (ezi_lchan_sleep), until the
+                         * first wake-up of ours; else NULL */
 };
 
 /* A membership of a channel: a ring's member, or a member of a channel with slots (chan/notices.c)
@@ -117,9 +125,12 @@ struct chan_sub {
   const struct ezi_member_ops *ops; /* sub's callbacks (chan/channel.h; set at the join) */
   uint64_t *t0;                     /* notify time per slot (0: not held) */
   uint64_t in_flight;
-  bool gone;    /* left its channel; freed once nothing it held is outstanding */
-  bool leaving; /* it is leaving now: the leave frees the struct itself */
-  bool cut;     /* rings: its link was lost (ezi_lchan_cut); it drains, then leaves */
+  bool gone;     /* left its channel; freed once nothing it held is outstanding */
+  bool leaving;  /* it is leaving now: the leave frees the struct itself */
+  bool cut;      /* rings: its link was lost (ezi_lchan_cut); it drains, then leaves */
+  bool sleeping; /* rings: its receiver's thread sleeps on its producer's word: not freed (nor
+                  * its channel, nor the word) before it wakes */
+  bool no_word;  /* rings: sleeping on that word failed; its receiver sleeps its own way */
   /* rings */
   ezi_lring *lr;    /* the ring it is a member of (set as it joins) */
   ezi_lrecv *rv;    /* its receiver (set at the join) */
@@ -229,6 +240,19 @@ uint64_t ezi_lchan_in_flight(chan_sub *cs);
 bool ezi_lchan_ready(ezi_lrecv *rv);
 /* Asks the producers of rv's rings for a wake-up at their next message. */
 void ezi_lchan_arm(ezi_lrecv *rv);
+/* A receiver's thread may sleep on its producer's word when the receiver has one ring and
+ * nothing else to wait for (the caller knows the rest). ezi_lchan_arm_word asks the producer for
+ * that wake-up and returns the membership, with *word and *val to sleep on, or NULL (the caller
+ * arms and waits its own way). The caller looks once more, then sleeps with ezi_lchan_sleep,
+ * which drops rv's lock meanwhile and keeps the membership, its channel and the word alive until
+ * it wakes: when the producer wakes the word, when ezi_lchan_wake_word does, after at most a
+ * second (a word in a mapping that another process truncated is woken by nobody: the receiver
+ * then looks again, and finds the ring broken), or at the deadline (EZ_ETIMEDOUT; else 0). */
+chan_sub *ezi_lchan_arm_word(ezi_lrecv *rv, uint32_t **word, uint32_t *val);
+int ezi_lchan_sleep(ezi_lrecv *rv, chan_sub *cs, uint32_t *word, uint32_t val, uint64_t deadline);
+/* Wakes rv's thread if it sleeps on a producer's word: whoever signals rv's condition variable
+ * calls it too, holding rv's lock (which keeps the word alive). */
+void ezi_lchan_wake_word(ezi_lrecv *rv);
 /* Takes the next message into m (round robin over the rings). With a leaky receiver, what its
  * member has waiting beyond max_queue is dropped first, the oldest: *d gets what
  * ezi_lchan_trim_done must finish once the lock is dropped. */

@@ -217,7 +217,18 @@ static pthread_mutex_t *ring_memb_mu(ezi_lring *r) { return &((chan *)r->owner)-
 /* A receiver goes to sleep, or a leaky member joined: the publisher is asked to send a TX_SHM for
  * its next message. */
 static void ring_arm(ezi_lring *r) {
-  __atomic_store_n(&((chan *)r->owner)->ring.h->rx_sleep, 1, SEQ);
+  __atomic_fetch_or(&((chan *)r->owner)->ring.h->rx_sleep, EZI_RING_WANT_FRAME, SEQ);
+}
+
+/* A receiver with this ring alone goes to sleep: the publisher is asked to wake it through the
+ * ring's word at its next message (shmring.h), with no frame and no I/O thread in between. */
+static uint32_t *ring_arm_word(ezi_lring *r, uint32_t *val) {
+  chan *c = r->owner;
+  if (!c->ctx->ring_wake || ring_bad(c) || ezi_guard_tripped(&c->ring.tripped)) return NULL;
+  ezi_ring_hdr *h = c->ring.h;
+  __atomic_fetch_or(&h->rx_sleep, EZI_RING_WANT_WORD, SEQ);
+  *val = __atomic_load_n(&h->rx_word, SEQ);
+  return &h->rx_word;
 }
 
 static const ezi_lring_ops ring_producer = {
@@ -225,6 +236,7 @@ static const ezi_lring_ops ring_producer = {
     .wake = ring_wake,
     .memb_mu = ring_memb_mu,
     .arm = ring_arm,
+    .arm_word = ring_arm_word,
     .pull = ring_pull,
     .resignal = ring_resignal,
 };

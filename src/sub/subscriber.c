@@ -41,6 +41,7 @@ json_t *ezi_sub_member_json(const ez_sub *s, const ezi_window *proc, uint64_t in
 /* ---- queue --------------------------------------------------------------------------------- */
 
 bool ezi_sub_mark_ready(ez_sub *s) { /* s->mu held; the queue just became non-empty */
+  ezi_lchan_wake_word(&s->lr);
   if (s->efd >= 0 && !s->efd_set) {
     uint64_t one = 1;
     if (write(s->efd, &one, sizeof one) == sizeof one) s->efd_set = true;
@@ -80,6 +81,7 @@ bool ezi_sub_push(ez_sub *s, chan_sub *cs, uint64_t msg_id, bool defer_wake, not
   /* Written only under s->mu, so a store will do (no locked read-modify-write per message). */
   __atomic_store_n(&s->pushed, __atomic_load_n(&s->pushed, __ATOMIC_RELAXED) + 1, __ATOMIC_RELEASE);
   bool wake = s->n == 1 && s->waiters;
+  if (wake) ezi_lchan_wake_word(&s->lr); /* (a sleeper on a ring's word: woken under s->mu) */
   if (s->n == 1 && s->efd >= 0 && !s->efd_set) ezi_sub_signal_ready(s);
   if (wake && defer_wake) {
     s->wake_pending = true; /* ezi_sub_wake, once the whole batch is queued */
@@ -94,6 +96,7 @@ void ezi_sub_wake(ez_sub *s) {
   pthread_mutex_lock(&s->mu);
   bool wake = s->wake_pending;
   s->wake_pending = false;
+  if (wake) ezi_lchan_wake_word(&s->lr);
   pthread_mutex_unlock(&s->mu);
   if (wake) pthread_cond_signal(&s->cv);
 }
@@ -255,12 +258,21 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
           if (poll_local(s)) continue;
         }
         s->waiters++;
-        /* Announce the sleep to local publishers, then look again (localchan.c). */
+        /* Announce the sleep to local publishers, then look again (localchan.c). With one
+         * shared ring alone to wait for, sleep on its word, which its publisher wakes. */
+        chan_sub *word_cs = NULL;
+        uint32_t *word = NULL, val = 0;
         if (s->lr.n_locals) {
           __atomic_store_n(&s->lr.want_signal, 1, __ATOMIC_SEQ_CST);
-          ezi_lchan_arm(&s->lr);
+          if (s->efd < 0 && !s->lr.max_queue) word_cs = ezi_lchan_arm_word(&s->lr, &word, &val);
+          if (!word_cs) ezi_lchan_arm(&s->lr);
         }
-        if (!ezi_lchan_ready(&s->lr)) rc = ezi_cond_wait(&s->cv, &s->mu, deadline);
+        if (ezi_lchan_ready(&s->lr))
+          ;
+        else if (word_cs)
+          rc = ezi_lchan_sleep(&s->lr, word_cs, word, val, deadline);
+        else
+          rc = ezi_cond_wait(&s->cv, &s->mu, deadline);
         s->waiters--;
         if (s->efd < 0) __atomic_store_n(&s->lr.want_signal, 0, __ATOMIC_RELAXED);
       }
@@ -467,6 +479,7 @@ void ez_sub_destroy(ez_sub *s) {
   if (!s) return;
   pthread_mutex_lock(&s->mu);
   s->closing = true;
+  ezi_lchan_wake_word(&s->lr);
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
   ezi_ctx_call(s->ctx, detach_on_loop, s);
