@@ -555,6 +555,87 @@ static void test_publisher_wakes_frames(void **state) {
   publisher_wakes(false);
 }
 
+/* ez_publish on another thread, which the test watches from /proc. */
+typedef struct publishing {
+  ez_pub *p;
+  pthread_t th;
+  int tid; /* atomic */
+  int rc;
+} publishing;
+
+static void *publishing_main(void *arg) {
+  publishing *w = arg;
+  __atomic_store_n(&w->tid, (int)gettid(), __ATOMIC_SEQ_CST);
+  w->rc = ez_publish(w->p, "blocked", 7, TMO);
+  return NULL;
+}
+
+/* A publisher of 2 slots whose ring channel holds both: the publish waits, asleep on the ring's
+ * word, and the release wakes it there (old_channel: the test clears pub_sleep as a channel that
+ * does not know it would ignore it, so the release sends an RX_ACK, which wakes it through its
+ * I/O thread). */
+static void publisher_sleeps(bool old_channel) {
+  setenv("EZMSG_SPIN_US", "0", 1);
+  ez_context *cp, *cs;
+  assert_int_equal(ez_context_open(th_addr, &cp), 0);
+  assert_int_equal(ez_context_open(th_addr, &cs), 0);
+  unsetenv("EZMSG_SPIN_US");
+  ez_sub *s;
+  ez_pub *p;
+  ez_pub_opts o;
+  ez_pub_opts_init(&o);
+  o.num_buffers = 2;
+  assert_int_equal(ez_sub_create(cs, "/ring/pubword", NULL, &s), 0);
+  assert_int_equal(ez_pub_create(cp, "/ring/pubword", &o, &p), 0);
+  ez_msg m[2];
+  ezi_ring_hdr *h = NULL;
+  for (int i = 0; i < 8 || !h; i++) { /* until the ring carries the messages */
+    assert_true(i < 1000);
+    assert_int_equal(ez_publish(p, "x", 1, TMO), 0);
+    assert_int_equal(ez_recv(s, &m[0], TMO), 0);
+    ez_msg_release(&m[0]);
+    h = ring_of(cs);
+  }
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(ez_publish(p, "held", 4, TMO), 0);
+    assert_int_equal(ez_recv(s, &m[i], TMO), 0);
+  }
+  publishing w = {.p = p};
+  assert_int_equal(pthread_create(&w.th, NULL, publishing_main, &w), 0);
+  int64_t end = th_now_ms() + TMO;
+  int tid;
+  while (!(tid = __atomic_load_n(&w.tid, __ATOMIC_SEQ_CST)) && th_now_ms() < end)
+    th_sleep_ms(1);
+  while (!in_shared_futex_wait(tid) && th_now_ms() < end)
+    th_sleep_ms(1);
+  assert_true(in_shared_futex_wait(tid)); /* the publish sleeps on the ring's word */
+  uint32_t w0 = __atomic_load_n(&h->pub_word, __ATOMIC_SEQ_CST);
+  if (old_channel) __atomic_store_n(&h->pub_sleep, 0, __ATOMIC_SEQ_CST);
+  ez_msg_release(&m[0]);
+  pthread_join(w.th, NULL);
+  assert_int_equal(w.rc, 0);
+  if (!old_channel) assert_true(__atomic_load_n(&h->pub_word, __ATOMIC_SEQ_CST) != w0);
+  ez_msg_release(&m[1]);
+  assert_int_equal(ez_recv(s, &m[0], TMO), 0);
+  assert_int_equal(m[0].len, 7);
+  assert_memory_equal(m[0].data, "blocked", 7);
+  ez_msg_release(&m[0]);
+  ez_pub_destroy(p);
+  ez_sub_destroy(s);
+  ez_context_close(cp);
+  ez_context_close(cs);
+}
+
+static void test_publisher_sleeps_on_word(void **state) {
+  (void)state;
+  publisher_sleeps(false);
+}
+
+static void test_publisher_woken_by_ack(void **state) {
+  (void)state;
+  publisher_sleeps(true);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_create_attach),
@@ -569,6 +650,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_word_spurious_and_link_end, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_wakes_word, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_wakes_frames, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_publisher_sleeps_on_word, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_publisher_woken_by_ack, th_setup, th_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,7 +5,8 @@
  * notice nor an ack needs a system call while both sides are busy. Internal; not installed.
  *
  * Layout (native endianness and alignment: both ends run on the same machine): a 256-byte header
- * of four cache lines (magic and num_buffers; `published`; `pub_wants`; `rx_sleep`, `start_gen`,
+ * of four cache lines (magic and num_buffers; `published`; `pub_wants`, `pub_sleep`, `pub_word`;
+ * `rx_sleep`, `start_gen`,
  * `rx_word`, `pub_wakes`), then num_buffers entries of one cache line each. The publisher creates
  * it (mode 0600) and sends its name; the channel maps it and removes the name at once, so a crash
  * of either side leaves nothing in /dev/shm. If both die before that (the publisher between
@@ -37,10 +38,15 @@ typedef struct ezi_ring_hdr {
   uint64_t num_buffers;
   _Alignas(64) uint64_t published; /* atomic: every id below it has been put */
   _Alignas(64) uint32_t pub_wants; /* atomic: 0, slot + 1 the publisher sleeps for, or ~0u (any) */
-  _Alignas(64) uint32_t rx_sleep;  /* atomic: what the channel wants at the next put (bits below;
-                                    * 0: nothing) */
-  uint32_t start_gen;              /* the segment generation current when the ring started (for
-                                    * debugging: a TX_SHM frame names each generation's segment) */
+  uint32_t pub_sleep; /* atomic: 1 while the publisher sleeps on pub_word: the release it wants
+                       * wakes that word (ezi_futex_wake) instead of sending an RX_ACK. A channel
+                       * that knows only RX_ACK sends one, which still wakes such a publisher
+                       * (through its I/O thread) */
+  uint32_t pub_word;  /* atomic: the futex word the publisher sleeps on */
+  _Alignas(64) uint32_t rx_sleep; /* atomic: what the channel wants at the next put (bits below;
+                                   * 0: nothing) */
+  uint32_t start_gen;             /* the segment generation current when the ring started (for
+                                   * debugging: a TX_SHM frame names each generation's segment) */
   uint32_t rx_word;   /* atomic: a futex word the channel's receivers sleep on (base/futex.h) */
   uint32_t pub_wakes; /* the publisher's direct wake-ups of rx_word so far (for tests, debugging) */
 } ezi_ring_hdr;

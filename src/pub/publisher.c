@@ -266,7 +266,7 @@ void ez_pub_destroy(ez_pub *p) {
   if (!p) return;
   pthread_mutex_lock(&p->mu);
   p->closing = true;
-  pthread_cond_broadcast(&p->cv);
+  ezi_pub_broadcast(p);
   pthread_mutex_unlock(&p->mu);
   ezi_ctx_call(p->ctx, remove_on_loop, p);
   pub_free(p);

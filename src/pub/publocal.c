@@ -87,7 +87,7 @@ static int local_attach(ez_pub *p, chan *c) {
     p->local = NULL;
     ezi_pub_hot_reset(p);
     ezi_pub_check_sync(p);
-    if (p->waiters) pthread_cond_broadcast(&p->cv);
+    if (p->waiters) ezi_pub_broadcast(p);
   }
   pthread_mutex_unlock(&p->mu);
   return rc;

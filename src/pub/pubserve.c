@@ -27,7 +27,7 @@ static void graph_close(ez_pub *p) {
   ezi_buf_free(&p->gin);
   pthread_mutex_lock(&p->mu);
   p->graph_lost = true;
-  pthread_cond_broadcast(&p->cv);
+  ezi_pub_broadcast(p);
   pthread_mutex_unlock(&p->mu);
 }
 
@@ -56,12 +56,12 @@ static void on_graph(ezi_watch *w, uint32_t ev) {
       switch (cmd) {
       case EZI_COMPLETE:
         p->registered = true;
-        pthread_cond_broadcast(&p->cv);
+        ezi_pub_broadcast(p);
         break;
       case EZI_PAUSE: p->running = false; break;
       case EZI_RESUME:
         p->running = true;
-        pthread_cond_broadcast(&p->cv);
+        ezi_pub_broadcast(p);
         break;
       case EZI_SYNC:
         p->running = false; /* as the reference: it stays paused afterwards */
@@ -94,7 +94,7 @@ static void on_graph(ezi_watch *w, uint32_t ev) {
 static void drained(void *arg) {
   ez_pub *p = arg;
   pthread_mutex_lock(&p->mu);
-  pthread_cond_broadcast(&p->cv);
+  ezi_pub_broadcast(p);
   pthread_mutex_unlock(&p->mu);
 }
 

@@ -10,6 +10,7 @@
 #include "ring/localchan.h"
 #include "base/trace.h"
 #include "proto/shmring.h"
+#include "base/futex.h"
 
 enum { PC_HANDSHAKE, PC_AWAIT_SHM, PC_READY };
 
@@ -48,6 +49,7 @@ struct pub_chan {
   uint32_t held;        /* slots it holds (pub->mu) */
   /* The shared-memory ring with an ezmsg-c channel that asked for one (shmring.h; pub->mu). */
   bool ring_cut;     /* the ring was truncated: its connection was shut down (pubwait.c) */
+  bool word_bad;     /* sleeping on the ring's word failed: the publisher sleeps on cv instead */
   uint32_t ring_gen; /* the segment generation it was last told about */
   ezi_ring ring;
   char ring_name[EZI_SHM_NAME_MAX + 1];
@@ -94,6 +96,12 @@ struct ez_pub {
   pthread_cond_t cv;
   int waiters;
   int64_t want; /* the slot a waiting publisher needs, -1: any change (flush, pause) */
+  /* A publishing thread asleep on a ring channel's word instead of cv (pubwait.c): the word, until
+   * the first wake-up of ours (else NULL), and the channel, until the thread woke (whose ring
+   * stays mapped meanwhile: ezi_pub_ring_close waits). */
+  uint32_t *sleep_word;
+  pub_chan *sleep_pc;
+  int close_waits; /* I/O threads in ezi_pub_ring_close waiting for that thread to wake */
   ezi_seg *seg;
   uint32_t seg_gen; /* how many times seg was replaced (grown) */
   bool shm_real;    /* seg is the server's segment, mapped here too */
@@ -131,5 +139,15 @@ struct ez_pub {
   } hot[2];
   int hot_last; /* the one used last */
 };
+
+/* Wakes every thread that waits on p: on its condition variable, or on a ring's word (p->mu
+ * held, which keeps that word mapped). */
+static inline void ezi_pub_broadcast(ez_pub *p) {
+  if (p->sleep_word) {
+    ezi_futex_wake(p->sleep_word);
+    p->sleep_word = NULL; /* once is enough: the thread looks at everything when it wakes */
+  }
+  pthread_cond_broadcast(&p->cv);
+}
 
 #endif

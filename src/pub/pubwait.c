@@ -114,12 +114,11 @@ void ezi_pub_free_locked(ez_pub *p, pub_chan *pc, uint64_t msg_id, uint64_t now)
   ezi_window_span(p->tel_bp, *t0, now);
   *t0 = 0;
   p->in_flight--;
-  if (--pc->held == 0 && pc->wanted != EZI_SEND_FRAMES && p->waiters)
-    pthread_cond_broadcast(&p->cv);
+  if (--pc->held == 0 && pc->wanted != EZI_SEND_FRAMES && p->waiters) ezi_pub_broadcast(p);
   if (--p->leases[idx] == 0) {
     if (p->retired) release_retired(p);
     /* Wake the publisher only for the slot it waits for (or when it waits for everything). */
-    if (p->waiters && (p->want < 0 || (uint32_t)p->want == idx)) pthread_cond_broadcast(&p->cv);
+    if (p->waiters && (p->want < 0 || (uint32_t)p->want == idx)) ezi_pub_broadcast(p);
     ezi_pub_check_sync(p);
   }
 }
@@ -132,7 +131,7 @@ void ezi_pub_ring_wake(ez_pub *p) {
    * is already the slower one. */
   if (p->retired) ezi_pub_harvest_all(p);
   ezi_pub_check_sync(p);
-  if (p->waiters) pthread_cond_broadcast(&p->cv);
+  if (p->waiters) ezi_pub_broadcast(p);
 }
 
 void ezi_pub_local_wake(ez_pub *p) {
@@ -142,6 +141,12 @@ void ezi_pub_local_wake(ez_pub *p) {
 }
 
 void ezi_pub_ring_close(ez_pub *p, pub_chan *pc, uint64_t now) {
+  while (p->sleep_pc == pc) { /* a publishing thread sleeps on this ring's word: it wakes first */
+    ezi_pub_broadcast(p);
+    p->close_waits++;
+    pthread_cond_wait(&p->cv, &p->mu);
+    p->close_waits--;
+  }
   if (pc->mode != EZI_SEND_RING) {
     if (pc->ring_name[0]) ezi_shm_unlink(pc->ring_name);
     return;
@@ -221,6 +226,64 @@ static bool outbox_waits(ez_pub *p) {
 
 static void rings_tripped(ez_pub *p);
 
+/* The ring channel whose word the publisher may sleep on while it waits for slot idx (p->mu
+ * held): the first that holds idx, when nothing but rings is waited for (no lease, no local
+ * member, no switch, no window, no full outbox, no SYNC). NULL: it sleeps on p->cv. */
+static pub_chan *word_chan(ez_pub *p, uint32_t idx, bool win) {
+  if (!p->ctx->ring_wake || !p->running || win || p->sync_pending || p->leases[idx] ||
+      local_held(p, idx) || ring_switch_waits(p))
+    return NULL;
+  pub_chan *w = NULL;
+  for (size_t i = 0; i < p->n_chans; i++) {
+    pub_chan *pc = p->chans[i];
+    if (pc->mode != EZI_SEND_RING) {
+      if (ezi_outbox_full(&pc->out)) return NULL;
+    } else if (!w && !pc->ring_cut && !pc->word_bad && !ezi_guard_tripped(&pc->ring.tripped) &&
+               ring_held(p, pc, idx)) {
+      w = pc;
+    }
+  }
+  return w;
+}
+
+/* The longest a publisher sleeps on a ring's word before it looks again: a word in a ring
+ * truncated under it is woken by nobody (the next look finds the ring tripped). */
+#define WORD_SLICE_NS 100000000ull
+
+/* Sleeps on pc's word (p->mu held, dropped meanwhile) until the release of slot idx there wakes
+ * it, whoever would signal p->cv does (ezi_pub_broadcast), a slice passes, or the deadline
+ * (EZ_ETIMEDOUT; else 0). Only pc's channel is asked to wake it: the others' releases of idx are
+ * collected at the next look. */
+static int word_sleep(ez_pub *p, pub_chan *pc, uint32_t idx, uint64_t deadline) {
+  if (p->local) ezi_lchan_set_wants(&p->local->lr, 0);
+  for (size_t i = 0; i < p->n_chans; i++)
+    if (p->chans[i]->mode == EZI_SEND_RING && p->chans[i] != pc)
+      __atomic_store_n(&p->chans[i]->ring.h->pub_wants, 0, __ATOMIC_SEQ_CST);
+  ezi_ring_hdr *h = pc->ring.h;
+  __atomic_store_n(&h->pub_wants, idx + 1, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&h->pub_sleep, 1, __ATOMIC_SEQ_CST);
+  uint32_t val = __atomic_load_n(&h->pub_word, __ATOMIC_SEQ_CST);
+  int rc = 0;
+  if (__atomic_load_n(&pc->ring.e[idx].refs, __ATOMIC_SEQ_CST)) { /* still held: the channel
+                                                                   * will see pub_sleep */
+    p->sleep_word = &h->pub_word;
+    p->sleep_pc = pc;
+    pthread_mutex_unlock(&p->mu);
+    uint64_t slice = ezi_now_ns() + WORD_SLICE_NS;
+    rc = ezi_futex_wait(&h->pub_word, val, slice < deadline ? slice : deadline);
+    pthread_mutex_lock(&p->mu);
+    p->sleep_word = NULL;
+    if (rc == EZ_ESYS) pc->word_bad = true;
+    __atomic_store_n(&h->pub_sleep, 0, __ATOMIC_SEQ_CST);
+    p->sleep_pc = NULL; /* (the ring may go now) */
+    if (p->close_waits) pthread_cond_broadcast(&p->cv);
+    if (rc == EZ_ESYS || (rc == EZ_ETIMEDOUT && ezi_now_ns() < deadline)) rc = 0;
+  } else {
+    __atomic_store_n(&h->pub_sleep, 0, __ATOMIC_SEQ_CST);
+  }
+  return rc;
+}
+
 /* Waits (p->mu held) until the next slot is free and the publisher runs. The deadline is read
  * from the clock only when there is something to wait for (*deadline 0: not yet). */
 int ezi_pub_wait_slot(ez_pub *p, uint64_t bytes, int timeout_ms, uint64_t *deadline) {
@@ -244,8 +307,12 @@ int ezi_pub_wait_slot(ez_pub *p, uint64_t bytes, int timeout_ms, uint64_t *deadl
     ezi_pub_set_wants(p);
     rings_tripped(p); /* before sleeping for a slot that a truncated ring holds forever */
     int rc = 0;
-    if (!p->running || slot_busy(p, idx) || ring_switch_waits(p) || win ||
-        outbox_waits(p)) { /* releasers (or the I/O thread) know */
+    pub_chan *wc = word_chan(p, idx, win);
+    if (wc) { /* only rings hold it: sleep on one's word, which its channel wakes directly */
+      rc = word_sleep(p, wc, idx, *deadline);
+      ezi_stamper_reset(&p->stamps);
+    } else if (!p->running || slot_busy(p, idx) || ring_switch_waits(p) || win ||
+               outbox_waits(p)) { /* releasers (or the I/O thread) know */
       rc = ezi_cond_wait(&p->cv, &p->mu, *deadline);
       ezi_stamper_reset(&p->stamps); /* the rate seen so far says nothing about the next one */
     }

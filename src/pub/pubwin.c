@@ -107,9 +107,9 @@ void ezi_win_sent(ez_pub *p, pub_chan *pc, uint64_t id, uint64_t bytes, uint64_t
 static void wake(ez_pub *p) {
   if (p->win_waiters && !p->win_kicked && !ezi_win_full(p, p->win_need)) {
     p->win_kicked = true; /* once per sleep, not per ack of a batch */
-    pthread_cond_broadcast(&p->cv);
+    ezi_pub_broadcast(p);
   } else if (!p->in_flight && p->waiters) {
-    pthread_cond_broadcast(&p->cv);
+    ezi_pub_broadcast(p);
   }
   if (p->sync_pending && !ezi_win_busy(p)) ezi_pub_check_sync(p);
 }

@@ -5,6 +5,7 @@
  * the I/O thread when a TX_SHM frame wakes it. Whatever the ring says is checked before use. */
 #include "rx/ringchan.h"
 #include "base/shmguard.h"
+#include "base/futex.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -57,8 +58,18 @@ static void ring_ack(chan *c, uint64_t msg_id) {
   ezi_outbox_put_now(c->ctx, &c->acks, b, sizeof b);
 }
 
+/* Wakes the publisher that sleeps for a slot we freed: on the ring's word if it sleeps there,
+ * else (or if it is older) with an RX_ACK, which its I/O thread reads. */
+static void ring_wake_pub(chan *c, uint64_t msg_id) {
+  ezi_ring_hdr *h = c->ring.h;
+  if (__atomic_load_n(&h->pub_sleep, SEQ))
+    ezi_futex_wake(&h->pub_word);
+  else
+    ring_ack(c, msg_id);
+}
+
 static void ring_free_entry(chan *c, uint32_t idx, uint64_t msg_id, uint64_t now) {
-  if (ring_drop(c, idx, now)) ring_ack(c, msg_id);
+  if (ring_drop(c, idx, now)) ring_wake_pub(c, msg_id);
 }
 
 /* The producer's freed (ezi_lring_ops): the entry goes back to the publisher through the shared
@@ -69,7 +80,7 @@ static bool ring_freed(ezi_lring *r, uint32_t idx, uint64_t msg_id, uint64_t now
   return ring_drop(r->owner, idx, now);
 }
 
-static void ring_wake(ezi_lring *r, uint64_t msg_id) { ring_ack(r->owner, msg_id); }
+static void ring_wake(ezi_lring *r, uint64_t msg_id) { ring_wake_pub(r->owner, msg_id); }
 
 static ezi_seg *gseg_find(chan *c, uint32_t gen) {
   for (size_t i = 0; i < sizeof c->gseg / sizeof c->gseg[0]; i++)
