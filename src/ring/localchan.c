@@ -199,8 +199,8 @@ int ezi_lchan_sleep(ezi_lrecv *s, chan_sub *cs, uint32_t *word, uint32_t val, ui
   pthread_mutex_lock(s->mu);
   s->sleep_word = NULL;
   cs->sleeping = false;
-  if (rc ==
-      EZ_ESYS) { /* the word cannot be slept on: this membership's receiver waits its own way */
+  /* A word that cannot be slept on: this membership's receiver waits its own way from now on. */
+  if (rc == EZ_ESYS) {
     cs->no_word = true;
     rc = 0;
   }
