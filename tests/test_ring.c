@@ -353,16 +353,18 @@ static bool in_shared_futex_wait(int tid) {
   return ok && sscanf(line, "%lu %lx %lx", &nr, &a0, &op) == 3 && nr == SYS_futex && op == 9;
 }
 
-/* Waits until r's thread sleeps on the ring's word. */
-static void receiver_sleeps(receiver *r) {
+/* Waits until the thread whose id will be stored in *tidp sleeps on a ring's word. */
+static void sleeps_on_word(const int *tidp) {
   int64_t end = th_now_ms() + TMO;
   int tid;
-  while (!(tid = __atomic_load_n(&r->tid, __ATOMIC_SEQ_CST)) && th_now_ms() < end)
+  while (!(tid = __atomic_load_n(tidp, __ATOMIC_SEQ_CST)) && th_now_ms() < end)
     th_sleep_ms(1);
   while (!in_shared_futex_wait(tid) && th_now_ms() < end)
     th_sleep_ms(1);
   assert_true(in_shared_futex_wait(tid));
 }
+
+static void receiver_sleeps(receiver *r) { sleeps_on_word(&r->tid); }
 
 /* As fake_put, without the TX_SHM frame: what a publisher of ours does while the channel is awake
  * or asleep on the word. */
@@ -602,13 +604,7 @@ static void publisher_sleeps(bool old_channel) {
   }
   publishing w = {.p = p};
   assert_int_equal(pthread_create(&w.th, NULL, publishing_main, &w), 0);
-  int64_t end = th_now_ms() + TMO;
-  int tid;
-  while (!(tid = __atomic_load_n(&w.tid, __ATOMIC_SEQ_CST)) && th_now_ms() < end)
-    th_sleep_ms(1);
-  while (!in_shared_futex_wait(tid) && th_now_ms() < end)
-    th_sleep_ms(1);
-  assert_true(in_shared_futex_wait(tid)); /* the publish sleeps on the ring's word */
+  sleeps_on_word(&w.tid); /* the publish sleeps on the ring's word */
   uint32_t w0 = __atomic_load_n(&h->pub_word, __ATOMIC_SEQ_CST);
   if (old_channel) __atomic_store_n(&h->pub_sleep, 0, __ATOMIC_SEQ_CST);
   ez_msg_release(&m[0]);
