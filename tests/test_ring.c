@@ -446,6 +446,46 @@ static void test_word_woken_by_frame(void **state) {
   ez_context_close(ctx);
 }
 
+/* A frame that brings nothing (its message was taken already: the publisher consumed a newer
+ * sleep request with it) makes the channel ask again for a frame at the next put, instead of
+ * waking the members that wait: a subscriber's fd stays unreadable, and the next message still
+ * makes it readable. */
+static void test_empty_frame_rearms(void **state) {
+  (void)state;
+  ez_context *ctx;
+  ez_sub *s;
+  fake f;
+  word_setup(&ctx, &s, &f, "/ring/rearm");
+  int fd = ez_sub_fd(s);
+  assert_true(fd >= 0);
+  struct pollfd pfd = {fd, POLLIN, 0};
+  ez_msg m;
+  assert_int_equal(ez_recv(s, &m, 0), EZ_EAGAIN); /* empty: the fd's request is made */
+  assert_int_equal(poll(&pfd, 1, 0), 0);
+  assert_true(__atomic_load_n(&f.ring.h->rx_sleep, __ATOMIC_SEQ_CST) & EZI_RING_WANT_FRAME);
+  __atomic_store_n(&f.ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST); /* consumed by a put... */
+  uint8_t hdr[17] = {EZI_TX_SHM};                             /* ...whose frame brings nothing */
+  rp_put_u64le(hdr + 1, 0);
+  rp_put_u64le(hdr + 9, strlen(f.seg_name));
+  rp_wr(f.data, hdr, 17);
+  rp_wr(f.data, f.seg_name, strlen(f.seg_name));
+  int64_t end = th_now_ms() + TMO;
+  while (!(__atomic_load_n(&f.ring.h->rx_sleep, __ATOMIC_SEQ_CST) & EZI_RING_WANT_FRAME) &&
+         th_now_ms() < end)
+    th_sleep_ms(1);
+  assert_true(__atomic_load_n(&f.ring.h->rx_sleep, __ATOMIC_SEQ_CST) & EZI_RING_WANT_FRAME);
+  assert_int_equal(poll(&pfd, 1, 0), 0); /* not readable for nothing */
+  __atomic_store_n(&f.ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST);
+  fake_put(&f, 1, 1, "next", 2);
+  assert_int_equal(poll(&pfd, 1, TMO), 1);
+  assert_int_equal(ez_recv(s, &m, 0), 0);
+  assert_int_equal(m.msg_id, 1);
+  ez_msg_release(&m);
+  fake_end(&f);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
 typedef struct storm {
   uint32_t *word;
   bool stop; /* atomic */
@@ -644,6 +684,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_word_woken_by_publisher, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_word_woken_by_frame, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_word_spurious_and_link_end, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_empty_frame_rearms, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_wakes_word, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_wakes_frames, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_sleeps_on_word, th_setup, th_teardown),

@@ -206,6 +206,21 @@ static void ring_free(chan *c) {
   ezi_ring_detach(&c->ring);
 }
 
+static void ring_arm(ezi_lring *r);
+
+/* Asks the publisher again for a frame at its next put if a member waits, and pulls what came
+ * meanwhile (I/O thread). */
+static void ring_rearm(chan *c) {
+  bool waits = false;
+  pthread_mutex_lock(&c->pull_mu); /* (the membership lock) */
+  for (size_t i = 0; i < c->lr.n_lsubs; i++)
+    waits |= __atomic_load_n(&c->lr.lsubs[i]->rv->want_signal, SEQ) != 0;
+  pthread_mutex_unlock(&c->pull_mu);
+  if (!waits) return;
+  ring_arm(&c->lr);
+  ring_pull(&c->lr, NULL, true); /* (its puts signal the members that wait) */
+}
+
 /* A TX_SHM wakes us up, or names the segment of a message in the ring. I/O thread. */
 static long ring_frame(chan *c, const ezi_tx_frame *f, uint64_t now) {
   (void)now;
@@ -215,10 +230,11 @@ static long ring_frame(chan *c, const ezi_tx_frame *f, uint64_t now) {
   /* The publisher may have consumed a newer sleep request with this frame (it stored
    * `published`, the receiver took that message itself and armed rx_sleep again, then the
    * publisher cleared it): a pull that finds nothing new would wake nobody, and the receiver
-   * would sleep through every message after it. Then wake whoever still waits: it looks again
-   * and re-arms, so a lost request costs one spurious wake-up instead of a stall. (A pull that
-   * found messages woke every member waiting for them.) */
-  if (!got) ezi_lchan_signal_all(&c->lr);
+   * would sleep through every message after it. Then the request is made again for whoever
+   * still waits, and the ring looked at once more: the next put is either seen here or sends a
+   * frame. (Waking them instead made a subscriber's fd readable with nothing to take. A pull
+   * that found messages woke every member waiting for them.) */
+  if (!got) ring_rearm(c);
   ezi_lchan_trim_members(&c->lr); /* leaky subscribers' oldest go at once */
   return ring_bad(c) ? EZ_EPROTO : (long)f->used;
 }
