@@ -667,6 +667,71 @@ static void publisher_sleeps(bool old_channel) {
   ez_context_close(cs);
 }
 
+typedef struct syncing {
+  pthread_t th;
+  int rc;
+} syncing;
+
+static void *syncing_main(void *arg) {
+  ((syncing *)arg)->rc = ez_graph_sync(th_addr, TMO);
+  return NULL;
+}
+
+/* A SYNC comes while the publisher sleeps on the word for the one slot still held: the release
+ * of that slot wakes the word (no RX_ACK for the I/O thread to act on), and the SYNC still
+ * completes. */
+static void test_publisher_sync_on_word(void **state) {
+  (void)state;
+  setenv("EZMSG_SPIN_US", "0", 1);
+  ez_context *cp, *cs;
+  assert_int_equal(ez_context_open(th_addr, &cp), 0);
+  assert_int_equal(ez_context_open(th_addr, &cs), 0);
+  unsetenv("EZMSG_SPIN_US");
+  ez_sub *s;
+  ez_pub *p;
+  ez_pub_opts o;
+  ez_pub_opts_init(&o);
+  o.num_buffers = 2;
+  assert_int_equal(ez_sub_create(cs, "/ring/sync", NULL, &s), 0);
+  assert_int_equal(ez_pub_create(cp, "/ring/sync", &o, &p), 0);
+  ez_msg m[2];
+  ezi_ring_hdr *h = NULL;
+  for (int i = 0; !h || i % 2; i++) { /* until the ring carries them; the next goes to slot 0 */
+    assert_true(i < 1000);
+    assert_int_equal(ez_publish(p, "x", 1, TMO), 0);
+    assert_int_equal(ez_recv(s, &m[0], TMO), 0);
+    ez_msg_release(&m[0]);
+    h = ring_of(cs);
+  }
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(ez_publish(p, "held", 4, TMO), 0);
+    assert_int_equal(ez_recv(s, &m[i], TMO), 0);
+  }
+  ez_msg_release(&m[1]); /* slot 0 alone is held: the next publish waits for it */
+  publishing w = {.p = p};
+  assert_int_equal(pthread_create(&w.th, NULL, publishing_main, &w), 0);
+  sleeps_on_word(&w.tid);
+  syncing y;
+  assert_int_equal(pthread_create(&y.th, NULL, syncing_main, &y), 0);
+  int64_t end = th_now_ms() + TMO; /* the SYNC reached the publisher: it wants any slot now */
+  while (__atomic_load_n(&h->pub_wants, __ATOMIC_SEQ_CST) != UINT32_MAX && th_now_ms() < end)
+    th_sleep_ms(1);
+  assert_int_equal(__atomic_load_n(&h->pub_wants, __ATOMIC_SEQ_CST), UINT32_MAX);
+  ez_msg_release(&m[0]);
+  pthread_join(y.th, NULL);
+  assert_int_equal(y.rc, 0);
+  assert_int_equal(ez_graph_resume(th_addr, TMO), 0); /* (a SYNC leaves it paused) */
+  pthread_join(w.th, NULL);
+  assert_int_equal(w.rc, 0);
+  assert_int_equal(ez_recv(s, &m[0], TMO), 0);
+  assert_memory_equal(m[0].data, "blocked", 7);
+  ez_msg_release(&m[0]);
+  ez_pub_destroy(p);
+  ez_sub_destroy(s);
+  ez_context_close(cp);
+  ez_context_close(cs);
+}
+
 static void test_publisher_sleeps_on_word(void **state) {
   (void)state;
   publisher_sleeps(false);
@@ -694,6 +759,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_publisher_wakes_frames, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_sleeps_on_word, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_woken_by_ack, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_publisher_sync_on_word, th_setup, th_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

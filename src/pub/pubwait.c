@@ -310,6 +310,9 @@ int ezi_pub_wait_slot(ez_pub *p, uint64_t bytes, int timeout_ms, uint64_t *deadl
     pub_chan *wc = word_chan(p, idx, win);
     if (wc) { /* only rings hold it: sleep on one's word, which its channel wakes directly */
       rc = word_sleep(p, wc, idx, *deadline);
+      /* What the I/O thread does for a release that came as an RX_ACK (ezi_pub_ring_wake): a
+       * release that woke the word instead may be the one a SYNC waits for. */
+      ezi_pub_ring_wake(p);
       ezi_stamper_reset(&p->stamps);
     } else if (!p->running || slot_busy(p, idx) || ring_switch_waits(p) || win ||
                outbox_waits(p)) { /* releasers (or the I/O thread) know */
