@@ -617,54 +617,71 @@ static void *publishing_main(void *arg) {
   return NULL;
 }
 
-/* A publisher of 2 slots whose ring channel holds both: the publish waits, asleep on the ring's
- * word, and the release wakes it there (old_channel: the test clears pub_sleep as a channel that
- * does not know it would ignore it, so the release sends an RX_ACK, which wakes it through its
- * I/O thread). */
-static void publisher_sleeps(bool old_channel) {
-  setenv("EZMSG_SPIN_US", "0", 1);
+/* A publisher of 2 slots in one context and a subscriber in another (a ring between them, as
+ * between processes), nobody polling, once the ring carries their messages and the next one goes
+ * to slot 0; then the subscriber holds the next two messages (m[0] in slot 0, m[1] in slot 1). */
+typedef struct pair {
   ez_context *cp, *cs;
-  assert_int_equal(ez_context_open(th_addr, &cp), 0);
-  assert_int_equal(ez_context_open(th_addr, &cs), 0);
-  unsetenv("EZMSG_SPIN_US");
   ez_sub *s;
   ez_pub *p;
+  ezi_ring_hdr *h;
+  ez_msg m[2];
+} pair;
+
+static void pair_open(pair *x, const char *topic) {
+  setenv("EZMSG_SPIN_US", "0", 1);
+  assert_int_equal(ez_context_open(th_addr, &x->cp), 0);
+  assert_int_equal(ez_context_open(th_addr, &x->cs), 0);
+  unsetenv("EZMSG_SPIN_US");
   ez_pub_opts o;
   ez_pub_opts_init(&o);
   o.num_buffers = 2;
-  assert_int_equal(ez_sub_create(cs, "/ring/pubword", NULL, &s), 0);
-  assert_int_equal(ez_pub_create(cp, "/ring/pubword", &o, &p), 0);
-  ez_msg m[2];
-  ezi_ring_hdr *h = NULL;
-  for (int i = 0; i < 8 || !h; i++) { /* until the ring carries the messages */
+  assert_int_equal(ez_sub_create(x->cs, topic, NULL, &x->s), 0);
+  assert_int_equal(ez_pub_create(x->cp, topic, &o, &x->p), 0);
+  x->h = NULL;
+  for (int i = 0; !x->h || i % 2; i++) {
     assert_true(i < 1000);
-    assert_int_equal(ez_publish(p, "x", 1, TMO), 0);
-    assert_int_equal(ez_recv(s, &m[0], TMO), 0);
-    ez_msg_release(&m[0]);
-    h = ring_of(cs);
+    assert_int_equal(ez_publish(x->p, "x", 1, TMO), 0);
+    assert_int_equal(ez_recv(x->s, &x->m[0], TMO), 0);
+    ez_msg_release(&x->m[0]);
+    x->h = ring_of(x->cs);
   }
   for (int i = 0; i < 2; i++) {
-    assert_int_equal(ez_publish(p, "held", 4, TMO), 0);
-    assert_int_equal(ez_recv(s, &m[i], TMO), 0);
+    assert_int_equal(ez_publish(x->p, "held", 4, TMO), 0);
+    assert_int_equal(ez_recv(x->s, &x->m[i], TMO), 0);
   }
-  publishing w = {.p = p};
+}
+
+/* The blocked publish's message arrives; then everything closes. */
+static void pair_close(pair *x) {
+  ez_msg m;
+  assert_int_equal(ez_recv(x->s, &m, TMO), 0);
+  assert_int_equal(m.len, 7);
+  assert_memory_equal(m.data, "blocked", 7);
+  ez_msg_release(&m);
+  ez_pub_destroy(x->p);
+  ez_sub_destroy(x->s);
+  ez_context_close(x->cp);
+  ez_context_close(x->cs);
+}
+
+/* The subscriber holds both slots: the publish waits, asleep on the ring's word, and the release
+ * wakes it there (old_channel: the test clears pub_sleep as a channel that does not know it
+ * would ignore it, so the release sends an RX_ACK, which wakes it through its I/O thread). */
+static void publisher_sleeps(bool old_channel) {
+  pair x;
+  pair_open(&x, "/ring/pubword");
+  publishing w = {.p = x.p};
   assert_int_equal(pthread_create(&w.th, NULL, publishing_main, &w), 0);
   sleeps_on_word(&w.tid); /* the publish sleeps on the ring's word */
-  uint32_t w0 = __atomic_load_n(&h->pub_word, __ATOMIC_SEQ_CST);
-  if (old_channel) __atomic_store_n(&h->pub_sleep, 0, __ATOMIC_SEQ_CST);
-  ez_msg_release(&m[0]);
+  uint32_t w0 = __atomic_load_n(&x.h->pub_word, __ATOMIC_SEQ_CST);
+  if (old_channel) __atomic_store_n(&x.h->pub_sleep, 0, __ATOMIC_SEQ_CST);
+  ez_msg_release(&x.m[0]);
   pthread_join(w.th, NULL);
   assert_int_equal(w.rc, 0);
-  if (!old_channel) assert_true(__atomic_load_n(&h->pub_word, __ATOMIC_SEQ_CST) != w0);
-  ez_msg_release(&m[1]);
-  assert_int_equal(ez_recv(s, &m[0], TMO), 0);
-  assert_int_equal(m[0].len, 7);
-  assert_memory_equal(m[0].data, "blocked", 7);
-  ez_msg_release(&m[0]);
-  ez_pub_destroy(p);
-  ez_sub_destroy(s);
-  ez_context_close(cp);
-  ez_context_close(cs);
+  if (!old_channel) assert_true(__atomic_load_n(&x.h->pub_word, __ATOMIC_SEQ_CST) != w0);
+  ez_msg_release(&x.m[1]);
+  pair_close(&x);
 }
 
 typedef struct syncing {
@@ -682,54 +699,25 @@ static void *syncing_main(void *arg) {
  * completes. */
 static void test_publisher_sync_on_word(void **state) {
   (void)state;
-  setenv("EZMSG_SPIN_US", "0", 1);
-  ez_context *cp, *cs;
-  assert_int_equal(ez_context_open(th_addr, &cp), 0);
-  assert_int_equal(ez_context_open(th_addr, &cs), 0);
-  unsetenv("EZMSG_SPIN_US");
-  ez_sub *s;
-  ez_pub *p;
-  ez_pub_opts o;
-  ez_pub_opts_init(&o);
-  o.num_buffers = 2;
-  assert_int_equal(ez_sub_create(cs, "/ring/sync", NULL, &s), 0);
-  assert_int_equal(ez_pub_create(cp, "/ring/sync", &o, &p), 0);
-  ez_msg m[2];
-  ezi_ring_hdr *h = NULL;
-  for (int i = 0; !h || i % 2; i++) { /* until the ring carries them; the next goes to slot 0 */
-    assert_true(i < 1000);
-    assert_int_equal(ez_publish(p, "x", 1, TMO), 0);
-    assert_int_equal(ez_recv(s, &m[0], TMO), 0);
-    ez_msg_release(&m[0]);
-    h = ring_of(cs);
-  }
-  for (int i = 0; i < 2; i++) {
-    assert_int_equal(ez_publish(p, "held", 4, TMO), 0);
-    assert_int_equal(ez_recv(s, &m[i], TMO), 0);
-  }
-  ez_msg_release(&m[1]); /* slot 0 alone is held: the next publish waits for it */
-  publishing w = {.p = p};
+  pair x;
+  pair_open(&x, "/ring/sync");
+  ez_msg_release(&x.m[1]); /* slot 0 alone is held: the next publish waits for it */
+  publishing w = {.p = x.p};
   assert_int_equal(pthread_create(&w.th, NULL, publishing_main, &w), 0);
   sleeps_on_word(&w.tid);
   syncing y;
   assert_int_equal(pthread_create(&y.th, NULL, syncing_main, &y), 0);
   int64_t end = th_now_ms() + TMO; /* the SYNC reached the publisher: it wants any slot now */
-  while (__atomic_load_n(&h->pub_wants, __ATOMIC_SEQ_CST) != UINT32_MAX && th_now_ms() < end)
+  while (__atomic_load_n(&x.h->pub_wants, __ATOMIC_SEQ_CST) != UINT32_MAX && th_now_ms() < end)
     th_sleep_ms(1);
-  assert_int_equal(__atomic_load_n(&h->pub_wants, __ATOMIC_SEQ_CST), UINT32_MAX);
-  ez_msg_release(&m[0]);
+  assert_int_equal(__atomic_load_n(&x.h->pub_wants, __ATOMIC_SEQ_CST), UINT32_MAX);
+  ez_msg_release(&x.m[0]);
   pthread_join(y.th, NULL);
   assert_int_equal(y.rc, 0);
   assert_int_equal(ez_graph_resume(th_addr, TMO), 0); /* (a SYNC leaves it paused) */
   pthread_join(w.th, NULL);
   assert_int_equal(w.rc, 0);
-  assert_int_equal(ez_recv(s, &m[0], TMO), 0);
-  assert_memory_equal(m[0].data, "blocked", 7);
-  ez_msg_release(&m[0]);
-  ez_pub_destroy(p);
-  ez_sub_destroy(s);
-  ez_context_close(cp);
-  ez_context_close(cs);
+  pair_close(&x);
 }
 
 static void test_publisher_sleeps_on_word(void **state) {
