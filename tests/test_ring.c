@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -486,6 +487,57 @@ static void test_empty_frame_rearms(void **state) {
   ez_context_close(ctx);
 }
 
+/* On ctx's I/O thread: whether its channels' sockets hold no unread byte (so every frame that came
+ * was handled). */
+static void all_read(void *arg) {
+  ez_context *ctx = *(ez_context **)arg;
+  int unread = 0, n;
+  for (size_t i = 0; i < ctx->n_chans; i++)
+    if (ctx->chans[i]->pw.fd >= 0 && !ioctl(ctx->chans[i]->pw.fd, FIONREAD, &n)) unread += n;
+  *(ez_context **)arg = unread ? ctx : NULL;
+}
+
+/* Returns once ctx's I/O thread has handled every frame written to its channels so far. */
+static void frames_handled(ez_context *ctx) {
+  int64_t end = th_now_ms() + TMO;
+  ez_context *arg = ctx;
+  do {
+    arg = ctx;
+    ezi_ctx_call(ctx, all_read, &arg);
+  } while (arg && th_now_ms() < end);
+  assert_null(arg);
+}
+
+/* The same frame while the only member sleeps on the ring's word: it does not ask for frames (a
+ * put that consumed its request woke the word too). The next framed message still wakes it, and
+ * what it asked for is then the word alone. */
+static void test_empty_frame_word_sleeper(void **state) {
+  (void)state;
+  ez_context *ctx;
+  ez_sub *s;
+  fake f;
+  word_setup(&ctx, &s, &f, "/ring/rearm-word");
+  receiver r;
+  receiver_start(&r, s, TMO);
+  receiver_sleeps(&r);
+  assert_int_equal(__atomic_load_n(&f.ring.h->rx_sleep, __ATOMIC_SEQ_CST), EZI_RING_WANT_WORD);
+  uint8_t hdr[17] = {EZI_TX_SHM}; /* message 0 again: taken already */
+  rp_put_u64le(hdr + 1, 0);
+  rp_put_u64le(hdr + 9, strlen(f.seg_name));
+  rp_wr(f.data, hdr, 17);
+  rp_wr(f.data, f.seg_name, strlen(f.seg_name));
+  frames_handled(ctx);
+  assert_int_equal(__atomic_load_n(&f.ring.h->rx_sleep, __ATOMIC_SEQ_CST), EZI_RING_WANT_WORD);
+  fake_put(&f, 1, 1, "after", 2);
+  pthread_join(r.th, NULL);
+  assert_int_equal(r.rc, 0);
+  assert_int_equal(r.msg_id, 1);
+  assert_int_equal(__atomic_load_n(&f.ring.h->rx_sleep, __ATOMIC_SEQ_CST), EZI_RING_WANT_WORD);
+  fake_end(&f);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
 typedef struct storm {
   uint32_t *word;
   bool stop; /* atomic */
@@ -743,6 +795,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_word_woken_by_frame, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_word_spurious_and_link_end, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_empty_frame_rearms, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_empty_frame_word_sleeper, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_wakes_word, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_wakes_frames, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_sleeps_on_word, th_setup, th_teardown),

@@ -192,12 +192,12 @@ chan_sub *ezi_lchan_arm_word(ezi_lrecv *s, uint32_t **word, uint32_t *val) {
 
 int ezi_lchan_sleep(ezi_lrecv *s, chan_sub *cs, uint32_t *word, uint32_t val, uint64_t deadline) {
   cs->sleeping = true; /* (cs, its channel and so the word stay: done_with) */
-  s->sleep_word = word;
+  __atomic_store_n(&s->sleep_word, word, __ATOMIC_RELAXED); /* (read by ezi_lchan_word_sleeper) */
   pthread_mutex_unlock(s->mu);
   uint64_t slice = ezi_now_ns() + WORD_SLICE_NS;
   int rc = ezi_futex_wait(word, val, slice < deadline ? slice : deadline);
   pthread_mutex_lock(s->mu);
-  s->sleep_word = NULL;
+  __atomic_store_n(&s->sleep_word, NULL, __ATOMIC_RELAXED);
   cs->sleeping = false;
   /* A word that cannot be slept on: this membership's receiver waits its own way from now on. */
   if (rc == EZ_ESYS) {
@@ -216,7 +216,8 @@ int ezi_lchan_sleep(ezi_lrecv *s, chan_sub *cs, uint32_t *word, uint32_t val, ui
 void ezi_lchan_wake_word(ezi_lrecv *s) {
   if (!s->sleep_word) return;
   ezi_futex_wake(s->sleep_word);
-  s->sleep_word = NULL; /* once is enough: the thread looks at everything when it wakes */
+  /* once is enough: the thread looks at everything when it wakes */
+  __atomic_store_n(&s->sleep_word, NULL, __ATOMIC_RELAXED);
 }
 
 /* The first id cs may not take yet (s->mu held). `published` only grows, so while cs has not

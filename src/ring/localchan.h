@@ -112,7 +112,8 @@ struct ezi_lrecv {
   uint32_t want_signal; /* atomic: a producer must signal it at its next message */
   char pad1_[64];
   uint32_t *sleep_word; /* the producer's word its thread sleeps on (ezi_lchan_sleep), until the
-                         * first wake-up of ours; else NULL */
+                         * first wake-up of ours; else NULL (atomic: written under mu, read by
+                         * the producer's side in ezi_lchan_word_sleeper) */
 };
 
 /* A membership of a channel: a ring's member, or a member of a channel with slots (chan/notices.c)
@@ -253,6 +254,11 @@ int ezi_lchan_sleep(ezi_lrecv *rv, chan_sub *cs, uint32_t *word, uint32_t val, u
 /* Wakes rv's thread if it sleeps on a producer's word: whoever signals rv's condition variable
  * calls it too, holding rv's lock (which keeps the word alive). */
 void ezi_lchan_wake_word(ezi_lrecv *rv);
+/* Whether rv's thread sleeps on its producer's word now (any thread; a hint: it may just have
+ * been woken, or be about to sleep). Such a receiver needs no other wake-up from the producer. */
+static inline bool ezi_lchan_word_sleeper(const ezi_lrecv *rv) {
+  return __atomic_load_n(&rv->sleep_word, __ATOMIC_RELAXED) != NULL;
+}
 /* Takes the next message into m (round robin over the rings). With a leaky receiver, what its
  * member has waiting beyond max_queue is dropped first, the oldest: *d gets what
  * ezi_lchan_trim_done must finish once the lock is dropped. */

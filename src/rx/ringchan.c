@@ -208,13 +208,16 @@ static void ring_free(chan *c) {
 
 static void ring_arm(ezi_lring *r);
 
-/* Asks the publisher again for a frame at its next put if a member waits, and pulls what came
- * meanwhile (I/O thread). */
+/* Asks the publisher again for a frame at its next put if a member waits for one, and pulls what
+ * came meanwhile (I/O thread). A member asleep on the ring's word does not: a put that consumed
+ * its request woke the word too. */
 static void ring_rearm(chan *c) {
   bool waits = false;
   pthread_mutex_lock(&c->pull_mu); /* (the membership lock) */
-  for (size_t i = 0; i < c->lr.n_lsubs; i++)
-    waits |= __atomic_load_n(&c->lr.lsubs[i]->rv->want_signal, SEQ) != 0;
+  for (size_t i = 0; i < c->lr.n_lsubs; i++) {
+    const ezi_lrecv *rv = c->lr.lsubs[i]->rv;
+    waits |= __atomic_load_n(&rv->want_signal, SEQ) != 0 && !ezi_lchan_word_sleeper(rv);
+  }
   pthread_mutex_unlock(&c->pull_mu);
   if (!waits) return;
   ring_arm(&c->lr);
