@@ -13,8 +13,13 @@
  * Every blocking call has a timeout (ZMQ_SNDTIMEO / ZMQ_RCVTIMEO and an overall deadline), every
  * socket lingers 0, and the child process is killed by pid if it does not finish in time.
  *
+ * --pin puts the source on the first CPU this process may use and the sink on the second (mod
+ * their number), as `ezmsg perf --pin` does with its nodes 0 and 1: for ipc and tcp each whole
+ * process (set before its context, so that ZeroMQ's I/O thread is pinned with it), for inproc the
+ * two threads.
+ *
  *   ez_bench_zmq --mode thr|pingpong --transport inproc|ipc|tcp --size N --duration S
- *                [--warmup S] [--zerocopy] [--json] */
+ *                [--warmup S] [--zerocopy] [--pin] [--json] */
 #define _GNU_SOURCE
 #include <zmq.h>
 
@@ -22,6 +27,7 @@
 #include <getopt.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -43,10 +49,27 @@ typedef struct opts {
   const char *transport;
   size_t size;
   double duration, warmup;
-  bool zerocopy, json;
+  bool zerocopy, json, pin;
 } opts;
 
-static opts O = {0, "inproc", 64, 1.0, 0.25, false, false};
+static opts O = {0, "inproc", 64, 1.0, 0.25, false, false, false};
+
+/* --pin: the calling thread (and the threads it starts from now on) on the index-th CPU allowed,
+ * modulo their number. */
+static void pin(unsigned index) {
+  cpu_set_t allowed, one;
+  if (!O.pin || sched_getaffinity(0, sizeof allowed, &allowed)) return;
+  int n = CPU_COUNT(&allowed);
+  if (n <= 0) return;
+  int want = (int)(index % (unsigned)n);
+  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+    if (!CPU_ISSET(cpu, &allowed) || want--) continue;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    return;
+  }
+}
 
 static void fail(result *r, const char *what) {
   if (r->rc) return;
@@ -223,6 +246,7 @@ typedef struct sink_arg {
 
 static void *sink_thread(void *arg) {
   sink_arg *a = arg;
+  pin(1);
   run_sink(a->sock, a->t_go, a->r);
   return NULL;
 }
@@ -242,6 +266,7 @@ static int run(result *src, result *snk) {
     sink_arg sa = {a, t_go, snk};
     pthread_t th;
     pthread_create(&th, NULL, sink_thread, &sa);
+    pin(0);
     run_source(b, t_go, src);
     pthread_join(th, NULL);
     zmq_close(a);
@@ -258,6 +283,7 @@ static int run(result *src, result *snk) {
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
+    pin(1); /* before the context: its I/O thread inherits the CPU */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     alarm((unsigned)(O.warmup + 2 * O.duration + 40));
     close(up[0]);
@@ -279,6 +305,7 @@ static int run(result *src, result *snk) {
     zmq_ctx_term(ctx);
     _exit(0);
   }
+  pin(0);
   close(up[1]);
   close(down[0]);
   char ep[256];
@@ -316,16 +343,17 @@ static int run(result *src, result *snk) {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: ez_bench_zmq [--mode thr|pingpong] [--transport inproc|ipc|tcp] [--size N]\n"
-             "                    [--duration S] [--warmup S] [--zerocopy] [--json]\n");
+             "                    [--duration S] [--warmup S] [--zerocopy] [--pin] [--json]\n");
 }
 
 int main(int argc, char **argv) {
-  static const struct option lo[] = {
-      {"mode", 1, 0, 'm'},     {"transport", 1, 0, 'T'}, {"size", 1, 0, 's'},
-      {"duration", 1, 0, 'd'}, {"warmup", 1, 0, 'w'},    {"zerocopy", 0, 0, 'z'},
-      {"json", 0, 0, 'j'},     {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
+  static const struct option lo[] = {{"mode", 1, 0, 'm'},   {"transport", 1, 0, 'T'},
+                                     {"size", 1, 0, 's'},   {"duration", 1, 0, 'd'},
+                                     {"warmup", 1, 0, 'w'}, {"zerocopy", 0, 0, 'z'},
+                                     {"json", 0, 0, 'j'},   {"pin", 0, 0, 'p'},
+                                     {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "m:T:s:d:w:zjh", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "m:T:s:d:w:zjph", lo, NULL)) != -1) {
     switch (c) {
     case 'm': O.pingpong = !strcmp(optarg, "pingpong"); break;
     case 'T': O.transport = optarg; break;
@@ -334,6 +362,7 @@ int main(int argc, char **argv) {
     case 'w': O.warmup = strtod(optarg, NULL); break;
     case 'z': O.zerocopy = true; break;
     case 'j': O.json = true; break;
+    case 'p': O.pin = true; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
