@@ -27,7 +27,6 @@
 #include <getopt.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -39,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cpupin.h"  /* tools/ezmsg: as `ezmsg perf --pin` places its nodes */
 #include "latency.h" /* tools/ezmsg: the histogram `ezmsg perf` uses too */
 #include "peer.h"
 
@@ -54,21 +54,9 @@ typedef struct opts {
 
 static opts O = {0, "inproc", 64, 1.0, 0.25, false, false, false};
 
-/* --pin: the calling thread (and the threads it starts from now on) on the index-th CPU allowed,
- * modulo their number. */
+/* --pin: the calling thread (and the threads it starts from now on) on the index-th CPU allowed. */
 static void pin(unsigned index) {
-  cpu_set_t allowed, one;
-  if (!O.pin || sched_getaffinity(0, sizeof allowed, &allowed)) return;
-  int n = CPU_COUNT(&allowed);
-  if (n <= 0) return;
-  int want = (int)(index % (unsigned)n);
-  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-    if (!CPU_ISSET(cpu, &allowed) || want--) continue;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-    return;
-  }
+  if (O.pin) pin_nth_cpu(index);
 }
 
 static void fail(result *r, const char *what) {

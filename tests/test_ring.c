@@ -237,6 +237,16 @@ static void fake_start(fake *f, const char *topic) {
   rp_wr(f->data, f->ring_name, strlen(f->ring_name));
 }
 
+/* The TX_SHM frame for message id, which names the segment and wakes the channel. */
+static void fake_frame(fake *f, uint64_t id) {
+  uint8_t hdr[17];
+  hdr[0] = EZI_TX_SHM;
+  rp_put_u64le(hdr + 1, id);
+  rp_put_u64le(hdr + 9, strlen(f->seg_name));
+  rp_wr(f->data, hdr, 17);
+  rp_wr(f->data, f->seg_name, strlen(f->seg_name));
+}
+
 /* Puts message id (text) in its slot and ring entry, as entry_id, then publishes up to
  * `published` and sends the TX_SHM that names the segment and wakes the channel. */
 static void fake_put(fake *f, uint64_t id, uint64_t entry_id, const char *text,
@@ -251,12 +261,7 @@ static void fake_put(fake *f, uint64_t id, uint64_t entry_id, const char *text,
   e->gen = 0;
   __atomic_store_n(&e->refs, 1, __ATOMIC_RELAXED);
   __atomic_store_n(&f->ring.h->published, published, __ATOMIC_SEQ_CST);
-  uint8_t hdr[17];
-  hdr[0] = EZI_TX_SHM;
-  rp_put_u64le(hdr + 1, id);
-  rp_put_u64le(hdr + 9, strlen(f->seg_name));
-  rp_wr(f->data, hdr, 17);
-  rp_wr(f->data, f->seg_name, strlen(f->seg_name));
+  fake_frame(f, id);
 }
 
 static void fake_end(fake *f) {
@@ -398,6 +403,19 @@ static void word_setup(ez_context **ctx, ez_sub **s, fake *f, const char *topic)
   __atomic_store_n(&f->ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST);
 }
 
+/* word_setup, then a thread of this process asleep in ez_recv on the ring's word. */
+static void word_sleeping(ez_context **ctx, ez_sub **s, fake *f, receiver *r, const char *topic) {
+  word_setup(ctx, s, f, topic);
+  receiver_start(r, *s, TMO);
+  receiver_sleeps(r);
+}
+
+static void word_done(ez_context *ctx, ez_sub *s, fake *f) {
+  fake_end(f);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
 /* The publisher's way: the receiver asked for the word (rx_sleep), sleeps on it, and one wake-up
  * of the word, with no frame, brings it the message. */
 static void test_word_woken_by_publisher(void **state) {
@@ -405,10 +423,8 @@ static void test_word_woken_by_publisher(void **state) {
   ez_context *ctx;
   ez_sub *s;
   fake f;
-  word_setup(&ctx, &s, &f, "/ring/word");
   receiver r;
-  receiver_start(&r, s, TMO);
-  receiver_sleeps(&r);
+  word_sleeping(&ctx, &s, &f, &r, "/ring/word");
   fake_put_silent(&f, 1, "direct");
   uint32_t want = __atomic_exchange_n(&f.ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST);
   assert_true(want & EZI_RING_WANT_WORD);
@@ -418,9 +434,7 @@ static void test_word_woken_by_publisher(void **state) {
   assert_int_equal(r.rc, 0);
   assert_int_equal(r.msg_id, 1);
   assert_string_equal(r.text, "direct");
-  fake_end(&f);
-  ez_sub_destroy(s);
-  ez_context_close(ctx);
+  word_done(ctx, s, &f);
 }
 
 /* An older publisher sends a TX_SHM frame for any request: the channel's I/O thread pulls and
@@ -430,10 +444,8 @@ static void test_word_woken_by_frame(void **state) {
   ez_context *ctx;
   ez_sub *s;
   fake f;
-  word_setup(&ctx, &s, &f, "/ring/frame");
   receiver r;
-  receiver_start(&r, s, TMO);
-  receiver_sleeps(&r);
+  word_sleeping(&ctx, &s, &f, &r, "/ring/frame");
   uint32_t w0 = __atomic_load_n(&f.ring.h->rx_word, __ATOMIC_SEQ_CST);
   __atomic_store_n(&f.ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST); /* (an older one stores 0) */
   fake_put(&f, 1, 1, "framed", 2);
@@ -442,9 +454,7 @@ static void test_word_woken_by_frame(void **state) {
   assert_int_equal(r.msg_id, 1);
   assert_string_equal(r.text, "framed");
   assert_true(__atomic_load_n(&f.ring.h->rx_word, __ATOMIC_SEQ_CST) != w0);
-  fake_end(&f);
-  ez_sub_destroy(s);
-  ez_context_close(ctx);
+  word_done(ctx, s, &f);
 }
 
 /* A frame that brings nothing (its message was taken already: the publisher consumed a newer
@@ -465,11 +475,7 @@ static void test_empty_frame_rearms(void **state) {
   assert_int_equal(poll(&pfd, 1, 0), 0);
   assert_true(__atomic_load_n(&f.ring.h->rx_sleep, __ATOMIC_SEQ_CST) & EZI_RING_WANT_FRAME);
   __atomic_store_n(&f.ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST); /* consumed by a put... */
-  uint8_t hdr[17] = {EZI_TX_SHM};                             /* ...whose frame brings nothing */
-  rp_put_u64le(hdr + 1, 0);
-  rp_put_u64le(hdr + 9, strlen(f.seg_name));
-  rp_wr(f.data, hdr, 17);
-  rp_wr(f.data, f.seg_name, strlen(f.seg_name));
+  fake_frame(&f, 0);                                          /* ...whose frame brings nothing */
   int64_t end = th_now_ms() + TMO;
   while (!(__atomic_load_n(&f.ring.h->rx_sleep, __ATOMIC_SEQ_CST) & EZI_RING_WANT_FRAME) &&
          th_now_ms() < end)
@@ -482,9 +488,7 @@ static void test_empty_frame_rearms(void **state) {
   assert_int_equal(ez_recv(s, &m, 0), 0);
   assert_int_equal(m.msg_id, 1);
   ez_msg_release(&m);
-  fake_end(&f);
-  ez_sub_destroy(s);
-  ez_context_close(ctx);
+  word_done(ctx, s, &f);
 }
 
 /* On ctx's I/O thread: whether its channels' sockets hold no unread byte (so every frame that came
@@ -516,16 +520,10 @@ static void test_empty_frame_word_sleeper(void **state) {
   ez_context *ctx;
   ez_sub *s;
   fake f;
-  word_setup(&ctx, &s, &f, "/ring/rearm-word");
   receiver r;
-  receiver_start(&r, s, TMO);
-  receiver_sleeps(&r);
+  word_sleeping(&ctx, &s, &f, &r, "/ring/rearm-word");
   assert_int_equal(__atomic_load_n(&f.ring.h->rx_sleep, __ATOMIC_SEQ_CST), EZI_RING_WANT_WORD);
-  uint8_t hdr[17] = {EZI_TX_SHM}; /* message 0 again: taken already */
-  rp_put_u64le(hdr + 1, 0);
-  rp_put_u64le(hdr + 9, strlen(f.seg_name));
-  rp_wr(f.data, hdr, 17);
-  rp_wr(f.data, f.seg_name, strlen(f.seg_name));
+  fake_frame(&f, 0); /* message 0 again: taken already */
   frames_handled(ctx);
   assert_int_equal(__atomic_load_n(&f.ring.h->rx_sleep, __ATOMIC_SEQ_CST), EZI_RING_WANT_WORD);
   fake_put(&f, 1, 1, "after", 2);
@@ -533,9 +531,7 @@ static void test_empty_frame_word_sleeper(void **state) {
   assert_int_equal(r.rc, 0);
   assert_int_equal(r.msg_id, 1);
   assert_int_equal(__atomic_load_n(&f.ring.h->rx_sleep, __ATOMIC_SEQ_CST), EZI_RING_WANT_WORD);
-  fake_end(&f);
-  ez_sub_destroy(s);
-  ez_context_close(ctx);
+  word_done(ctx, s, &f);
 }
 
 typedef struct storm {
@@ -583,9 +579,7 @@ static void test_word_spurious_and_link_end(void **state) {
   assert_true(__atomic_load_n(&f.ring.h->rx_word, __ATOMIC_SEQ_CST) != w0);
   pthread_join(r.th, NULL);
   assert_int_equal(r.rc, EZ_ETIMEDOUT);
-  fake_end(&f);
-  ez_sub_destroy(s);
-  ez_context_close(ctx);
+  word_done(ctx, s, &f);
 }
 
 /* The ring header of ctx's one shared-ring channel (chan/channel.h), or NULL. */

@@ -2,6 +2,7 @@
  * them, and the forking and reaping of those processes. The coordinator (run_case) and the report
  * are in cmd_perf.c, which also describes the design; perf.h has what both share. */
 #include "perf.h"
+#include "cpupin.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -424,18 +425,7 @@ typedef struct thread_arg {
 } thread_arg;
 
 void perf_pin(const perf_case *pc, unsigned index) {
-  cpu_set_t allowed, one;
-  if (!pc->pin || sched_getaffinity(0, sizeof allowed, &allowed)) return;
-  int n = CPU_COUNT(&allowed);
-  if (n <= 0) return;
-  int want = (int)(index % (unsigned)n);
-  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-    if (!CPU_ISSET(cpu, &allowed) || want--) continue;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-    return;
-  }
+  if (pc->pin) pin_nth_cpu(index);
 }
 
 static void *node_thread(void *arg) {
