@@ -421,11 +421,91 @@ static void test_publisher_window_off(void **state) {
   ez_context_close(ctx);
 }
 
+/* Holds a context's I/O thread in a call until released (ezi_ctx_call, from a thread of its own).
+ */
+typedef struct io_hold {
+  ez_context *ctx;
+  pthread_t th;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool held, release;
+} io_hold;
+
+static void hold_fn(void *arg) {
+  io_hold *h = arg;
+  pthread_mutex_lock(&h->mu);
+  h->held = true;
+  pthread_cond_broadcast(&h->cv);
+  while (!h->release)
+    pthread_cond_wait(&h->cv, &h->mu);
+  pthread_mutex_unlock(&h->mu);
+}
+
+static void *hold_main(void *arg) {
+  io_hold *h = arg;
+  ezi_ctx_call(h->ctx, hold_fn, h);
+  return NULL;
+}
+
+static void io_hold_start(io_hold *h, ez_context *ctx) {
+  *h = (io_hold){.ctx = ctx};
+  pthread_mutex_init(&h->mu, NULL);
+  pthread_cond_init(&h->cv, NULL);
+  assert_int_equal(pthread_create(&h->th, NULL, hold_main, h), 0);
+  pthread_mutex_lock(&h->mu);
+  while (!h->held)
+    pthread_cond_wait(&h->cv, &h->mu);
+  pthread_mutex_unlock(&h->mu);
+}
+
+static void io_hold_end(io_hold *h) {
+  pthread_mutex_lock(&h->mu);
+  h->release = true;
+  pthread_cond_broadcast(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+  pthread_join(h->th, NULL);
+  pthread_mutex_destroy(&h->mu);
+  pthread_cond_destroy(&h->cv);
+}
+
+/* A publisher whose I/O thread is behind (here: held in a call) writes its outbox itself once a
+ * batch is pending (EZI_OUTBOX_BATCH bytes): the channel gets every whole frame of those bytes
+ * while the I/O thread still writes nothing, and the rest once it runs again, in order. */
+static void test_publisher_writes_batches(void **state) {
+  (void)state;
+  enum { N = 600, LEN = 64 };
+  const size_t frame = 17 + EZI_MARSHAL_BYTES_HDR + LEN;
+  ez_context *ctx = th_open_ctx("0"); /* no window: TX_TCP frames, each holding its slot */
+  uint16_t port;
+  ez_pub *p = make_pub(ctx, "/win/batches", N, 256, &port);
+  int fd = fake_chan(port, N);
+  uint8_t msg[LEN] = {0};
+  assert_int_equal(ez_publish(p, msg, LEN, TMO), 0);
+  expect_tcp(fd, 0, LEN); /* the link is up: the I/O thread wrote the first */
+  io_hold h;
+  io_hold_start(&h, ctx);
+  for (int k = 1; k < N; k++)
+    assert_int_equal(ez_publish(p, msg, LEN, TMO), 0);
+  /* (N - 1) frames were appended; all but the last partial batch went out from this thread. */
+  uint64_t batches = ((N - 1) * frame) / EZI_OUTBOX_BATCH,
+           whole = batches * EZI_OUTBOX_BATCH / frame;
+  assert_true(whole >= 250);
+  for (uint64_t id = 1; id <= whole; id++)
+    expect_tcp(fd, id, LEN);
+  io_hold_end(&h);
+  for (uint64_t id = whole + 1; id < N; id++)
+    expect_tcp(fd, id, LEN);
+  close(fd);
+  ez_pub_destroy(p);
+  ez_context_close(ctx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_publisher_window, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_byte_budget, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_window_off, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_publisher_writes_batches, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_outbox_bounded, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_outbox_channel_leaves, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_unknown_asks, th_setup, th_teardown),

@@ -49,7 +49,9 @@ typedef struct pub_chan pub_chan;
 
 /* ---- outbox: bytes for one socket, appended by any thread, written by the I/O thread ----------
  * Appends are cheap (a lock and a memcpy); the first append after a flush asks the loop to write,
- * so under load many frames go out in one system call, and an idle link adds no delay.
+ * so under load many frames go out in one system call, and an idle link adds no delay. When the
+ * I/O thread falls behind (EZI_OUTBOX_BATCH bytes wait while it writes nothing), the appending
+ * thread writes them itself: one system call for that many bytes, on the core that wrote them.
  *
  * An outbox holds what its socket does not take yet. A publisher's data outbox is bounded by
  * EZI_OUTBOX_HIGH: past it the publisher waits (as for a slot) until the I/O thread has written
@@ -57,16 +59,18 @@ typedef struct pub_chan pub_chan;
  * channel slower than its publisher made the outbox hold num_buffers messages besides their
  * slots: 512 MiB at 16 MiB a message. */
 #define EZI_OUTBOX_HIGH ((uint64_t)8 << 20)
+#define EZI_OUTBOX_BATCH 32768
 typedef struct ezi_outbox {
   pthread_mutex_t mu;
   /* Unsent bytes (appended, not written to the socket yet) are appended - written: two counters
    * with one writer each, so that an append costs no locked instruction. */
   uint64_t appended;   /* atomic, stored under mu: bytes ever appended to pending */
   uint32_t drain_wait; /* atomic: someone waits for the unsent bytes to fall to HIGH / 2 */
-  uint64_t written;    /* atomic, stored by the I/O thread: bytes ever written (or dropped) */
+  uint64_t written;    /* atomic, added to by whoever writes: bytes ever written (or dropped) */
   ezi_buf pending;     /* appended, not yet taken by the I/O thread */
   ezi_buf io;          /* being written by the I/O thread */
   bool queued;         /* on the context's dirty list */
+  bool io_busy;        /* (under mu) the I/O thread holds bytes in io: nobody else writes */
   bool dead;           /* socket gone: appends are dropped */
   ezi_watch *w;        /* the socket's watch (EPOLLOUT is armed through it) */
   struct ezi_outbox *next_dirty;
@@ -155,7 +159,9 @@ void ezi_outbox_init(ezi_outbox *ob, ezi_watch *w, uint32_t base_events);
 /* Appends bytes (any thread). Returns false if the outbox is dead. */
 bool ezi_outbox_put(ez_context *ctx, ezi_outbox *ob, const void *p, size_t n);
 /* Appends p1[0..n1) then p2[0..n2) with ob->mu held; when the link is idle, writes them straight
- * to the socket instead. Returns true if the caller must call ezi_outbox_kick after unlocking.
+ * to the socket instead, and when EZI_OUTBOX_BATCH bytes are pending and the I/O thread writes
+ * nothing, writes those (non-blocking; what the socket does not take stays for the I/O thread).
+ * Returns true if the caller must call ezi_outbox_kick after unlocking.
  * Out of memory, the frame is lost and so is the link: the outbox dies (logged), and its next
  * flush reports EZ_ECONNLOST, so that the I/O thread closes the link. */
 bool ezi_outbox_put_locked(ezi_outbox *ob, const void *p1, size_t n1, const void *p2, size_t n2);
