@@ -14,6 +14,10 @@
  *  - test_truncated_own_segment: someone truncates a real `ezmsg pub`'s segment under it. The
  *    publisher survives (it used to die of SIGBUS in its copy), moves to a new segment, and its
  *    subscriber keeps receiving.
+ *  - test_truncated_ring_under_sleeper: a real `ezmsg pub` sleeps on its ring's word (its
+ *    subscriber holds every slot) when the ring is truncated and the subscriber dies: no wake-up
+ *    reaches that word any more, and the publisher's I/O thread closes the channel without waiting
+ *    for the sleeper (it used to wait up to 100 ms, stalling every other link of that process).
  *  - test_ownership: ezi_shm_attach / ezi_ring_attach refuse files open to group or others, or of
  *    another user, and accept group files with EZMSG_SHM_GROUP.
  * Real processes, real shared memory, a real `ezmsg serve` per test. */
@@ -23,7 +27,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <grp.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +37,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -368,6 +375,102 @@ static void test_truncated_own_segment(void **state) {
   assert_int_equal(hk_stop(&v), 0);
 }
 
+/* ---- a ring truncated under a publisher asleep on its word -----------------------------------
+ */
+
+/* Whether a thread of pid sleeps in a futex wait on a shared word (FUTEX_WAIT_BITSET, op 9: a
+ * ring's word; condition variables wait on private words). */
+static bool sleeps_on_shared_word(pid_t pid) {
+  char dir[64];
+  snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(dir);
+  if (!d) return false;
+  bool found = false;
+  struct dirent *e;
+  while (!found && (e = readdir(d))) {
+    char path[384], line[256] = "";
+    snprintf(path, sizeof path, "%s/%s/syscall", dir, e->d_name);
+    FILE *f = e->d_name[0] != '.' ? fopen(path, "r") : NULL;
+    if (!f) continue;
+    unsigned long nr = 0, a0 = 0, op = 0;
+    found = fgets(line, sizeof line, f) && sscanf(line, "%lu %lx %lx", &nr, &a0, &op) == 3 &&
+            nr == SYS_futex && op == 9;
+    fclose(f);
+  }
+  closedir(d);
+  return found;
+}
+
+/* Truncates pid's mapping of a notice ring (unlinked once its channel mapped it: reached through
+ * /proc/PID/map_files). */
+static void truncate_ring_of(pid_t pid) {
+  char path[96], line[1024], file[128] = "";
+  snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  while (!file[0] && fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (strstr(line, "/dev/shm/psm_r") && sscanf(line, "%lx-%lx", &lo, &hi) == 2)
+      snprintf(file, sizeof file, "/proc/%d/map_files/%lx-%lx", (int)pid, lo, hi);
+  }
+  fclose(f);
+  assert_true(file[0]);
+  int fd = open(file, O_RDWR | O_CLOEXEC);
+  assert_true(fd >= 0);
+  assert_int_equal(ftruncate(fd, 0), 0);
+  close(fd);
+}
+
+/* How many channels the publisher of `topic` lists in the graph's profile (its "leases"; -1 if it
+ * is not listed). Its process answers from its I/O thread. */
+static int channels_of(const char *topic) {
+  char *json = NULL;
+  int n = -1;
+  json_t *doc = ez_profile(th_addr, 0, &json, 5000) == 0 ? json_loads(json, 0, NULL) : NULL;
+  size_t i;
+  json_t *p;
+  json_array_foreach(json_object_get(doc, "publishers"), i, p) {
+    const char *t = json_string_value(json_object_get(p, "topic"));
+    if (t && !strcmp(t, topic)) n = (int)json_array_size(json_object_get(p, "leases"));
+  }
+  json_decref(doc);
+  free(json);
+  return n;
+}
+
+static void test_truncated_ring_under_sleeper(void **state) {
+  (void)state;
+  const char *topic = "/hostile/ringword";
+  hk_proc pub;
+  hk_start(&pub, NULL, "pub", "--address", th_addr, "--size", "64", "--count", "0", "--rate",
+           "1000", "--num-buffers", "2", topic, NULL);
+  /* Seen when the channel is gone while the publisher still sleeps; a round in which its 100 ms
+   * slice passed first (a slow machine) shows nothing, and another is made. */
+  bool seen = false;
+  for (int round = 0; round < 5 && !seen; round++) {
+    hk_proc sub;
+    hk_start(&sub, NULL, "sub", "--address", th_addr, topic, NULL);
+    assert_true(hk_expect(&sub, "", NULL, 0, HK_TMO)); /* messages flow */
+    kill(sub.pid, SIGSTOP); /* it holds what it took: the publisher fills both slots and sleeps */
+    int64_t end = th_now_ms() + HK_TMO;
+    while (!sleeps_on_shared_word(pub.pid) && th_now_ms() < end)
+      th_sleep_ms(1);
+    assert_true(sleeps_on_shared_word(pub.pid));
+    truncate_ring_of(pub.pid);
+    kill(sub.pid, SIGKILL);
+    hk_stop(&sub);
+    while (channels_of(topic) != 0 && th_now_ms() < end)
+      th_sleep_ms(1);
+    hk_assert_alive(&pub, "the publisher whose ring was truncated");
+    assert_int_equal(channels_of(topic), 0);
+    seen = sleeps_on_shared_word(pub.pid);
+  }
+  assert_true(seen);
+  hk_assert_alive(&pub, "the publisher whose ring was truncated");
+  kill(pub.pid, SIGTERM);
+  assert_int_equal(hk_stop(&pub), 0);
+}
+
 /* ---- who may share our shared memory ------------------------------------------------------------
  */
 
@@ -459,6 +562,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_length_flipped, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_truncated_segment, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_truncated_own_segment, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_truncated_ring_under_sleeper, th_setup, th_teardown),
       cmocka_unit_test(test_ownership),
   };
   return hk_main(argc, argv, tests, sizeof tests / sizeof tests[0]);

@@ -118,6 +118,10 @@ static void chan_close(pub_chan *pc) {
   ezi_outbox_close(p->ctx, &pc->out);
   close(pc->w.fd);
   ezi_buf_free(&pc->in);
+  pthread_mutex_lock(&p->mu);
+  bool theirs = ezi_pub_chan_orphan(p, pc); /* a publishing thread asleep on its word frees it */
+  pthread_mutex_unlock(&p->mu);
+  if (theirs) return;
   free(pc->t0);
   free(pc);
 }

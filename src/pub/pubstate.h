@@ -50,6 +50,7 @@ struct pub_chan {
   /* The shared-memory ring with an ezmsg-c channel that asked for one (shmring.h; pub->mu). */
   bool ring_cut;     /* the ring was truncated: its connection was shut down (pubwait.c) */
   bool word_bad;     /* sleeping on the ring's word failed: the publisher sleeps on cv instead */
+  bool orphan;       /* closed while a publishing thread slept on its word: that thread frees it */
   uint32_t ring_gen; /* the segment generation it was last told about */
   ezi_ring ring;
   char ring_name[EZI_SHM_NAME_MAX + 1];
@@ -98,10 +99,10 @@ struct ez_pub {
   int64_t want; /* the slot a waiting publisher needs, -1: any change (flush, pause) */
   /* A publishing thread asleep on a ring channel's word instead of cv (pubwait.c): the word, until
    * the first wake-up of ours (else NULL), and the channel, until the thread woke (whose ring
-   * stays mapped meanwhile: ezi_pub_ring_close waits). */
+   * stays mapped meanwhile: a channel that closes before leaves itself to that thread,
+   * ezi_pub_chan_orphan). */
   uint32_t *sleep_word;
   pub_chan *sleep_pc;
-  int close_waits; /* I/O threads in ezi_pub_ring_close waiting for that thread to wake */
   ezi_seg *seg;
   uint32_t seg_gen; /* how many times seg was replaced (grown) */
   bool shm_real;    /* seg is the server's segment, mapped here too */

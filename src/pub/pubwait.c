@@ -141,12 +141,6 @@ void ezi_pub_local_wake(ez_pub *p) {
 }
 
 void ezi_pub_ring_close(ez_pub *p, pub_chan *pc, uint64_t now) {
-  while (p->sleep_pc == pc) { /* a publishing thread sleeps on this ring's word: it wakes first */
-    ezi_pub_broadcast(p);
-    p->close_waits++;
-    pthread_cond_wait(&p->cv, &p->mu);
-    p->close_waits--;
-  }
   if (pc->mode != EZI_SEND_RING) {
     if (pc->ring_name[0]) ezi_shm_unlink(pc->ring_name);
     return;
@@ -159,9 +153,18 @@ void ezi_pub_ring_close(ez_pub *p, pub_chan *pc, uint64_t now) {
   }
   pc->held = 0;
   pc->mode = EZI_SEND_FRAMES;
-  ezi_ring_detach(&pc->ring);
+  if (p->sleep_pc != pc) ezi_ring_detach(&pc->ring); /* (else ezi_pub_chan_orphan) */
   ezi_shm_unlink(pc->ring_name); /* in case the channel never mapped it */
   ezi_pub_ring_wake(p);
+}
+
+bool ezi_pub_chan_orphan(ez_pub *p, pub_chan *pc) {
+  if (p->sleep_pc == pc) {
+    pc->orphan = true; /* word_sleep frees it */
+    return true;
+  }
+  ezi_ring_detach(&pc->ring);
+  return false;
 }
 
 /* True once slot idx is free as far as the local channel and the rings can tell without a lock
@@ -273,11 +276,16 @@ static int word_sleep(ez_pub *p, pub_chan *pc, uint32_t idx, uint64_t deadline) 
     rc = ezi_futex_wait(&h->pub_word, val, slice < deadline ? slice : deadline);
     pthread_mutex_lock(&p->mu);
     p->sleep_word = NULL;
+    p->sleep_pc = NULL; /* (the ring may go now) */
+    if (rc == EZ_ESYS || (rc == EZ_ETIMEDOUT && ezi_now_ns() < deadline)) rc = 0;
+    if (pc->orphan) { /* its channel closed meanwhile and left it to this thread */
+      ezi_ring_detach(&pc->ring);
+      free(pc->t0);
+      free(pc);
+      return rc;
+    }
     if (rc == EZ_ESYS) pc->word_bad = true;
     __atomic_store_n(&h->pub_sleep, 0, __ATOMIC_SEQ_CST);
-    p->sleep_pc = NULL; /* (the ring may go now) */
-    if (p->close_waits) pthread_cond_broadcast(&p->cv);
-    if (rc == EZ_ESYS || (rc == EZ_ETIMEDOUT && ezi_now_ns() < deadline)) rc = 0;
   } else {
     __atomic_store_n(&h->pub_sleep, 0, __ATOMIC_SEQ_CST);
   }
