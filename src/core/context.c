@@ -66,8 +66,9 @@ void ezi_outbox_init(ezi_outbox *ob, ezi_watch *w, uint32_t base_events) {
  * (io_busy) and nobody waits for a drain (whose wake-up is the I/O thread's to give: see
  * `wrote`). Under load the I/O thread, which takes turns with the publishing thread for a CPU,
  * found 1-2 KiB at a time (64 B: 27 messages a system call, ZeroMQ's 86); written here it is
- * one call per EZI_OUTBOX_BATCH bytes, with bytes still in this core's cache. A socket error is
- * left for the I/O thread's next flush, which reports it. */
+ * one call for at least EZI_OUTBOX_BATCH bytes (everything pending, as far as the socket takes
+ * it), with bytes still in this core's cache. A socket error is left for the I/O thread's next
+ * flush, which reports it. */
 static bool write_batch(ezi_outbox *ob) {
   if (ob->io_busy || ob->dead || __atomic_load_n(&ob->drain_wait, __ATOMIC_SEQ_CST)) return false;
   size_t before = ezi_buf_pending(&ob->pending);
@@ -186,7 +187,7 @@ int ezi_outbox_flush(ezi_outbox *ob) {
     }
     pthread_mutex_lock(&ob->mu);
     ob->io_busy = false; /* (io is empty here) */
-    if (ob->dead) { /* a frame could not be queued (ezi_outbox_put_locked) */
+    if (ob->dead) {      /* a frame could not be queued (ezi_outbox_put_locked) */
       pthread_mutex_unlock(&ob->mu);
       return EZ_ECONNLOST;
     }
