@@ -62,8 +62,9 @@ typedef struct pub_chan pub_chan;
 #define EZI_OUTBOX_BATCH 32768
 typedef struct ezi_outbox {
   pthread_mutex_t mu;
-  /* Unsent bytes (appended, not written to the socket yet) are appended - written: two counters
-   * with one writer each, so that an append costs no locked instruction. */
+  /* Unsent bytes (appended, not written to the socket yet) are appended - written: appended has
+   * one writer at a time (under mu), so that an append costs no locked instruction; written is
+   * added to by whoever writes (the I/O thread, or an appender's write_batch). */
   uint64_t appended;   /* atomic, stored under mu: bytes ever appended to pending */
   uint32_t drain_wait; /* atomic: someone waits for the unsent bytes to fall to HIGH / 2 */
   uint64_t written;    /* atomic, added to by whoever writes: bytes ever written (or dropped) */

@@ -119,11 +119,8 @@ static void chan_close(pub_chan *pc) {
   close(pc->w.fd);
   ezi_buf_free(&pc->in);
   pthread_mutex_lock(&p->mu);
-  bool theirs = ezi_pub_chan_orphan(p, pc); /* a publishing thread asleep on its word frees it */
+  ezi_pub_chan_free(p, pc); /* (or a publishing thread asleep on its ring's word will) */
   pthread_mutex_unlock(&p->mu);
-  if (theirs) return;
-  free(pc->t0);
-  free(pc);
 }
 
 static void chan_error(pub_chan *pc, const char *what) {

@@ -100,7 +100,7 @@ struct ez_pub {
   /* A publishing thread asleep on a ring channel's word instead of cv (pubwait.c): the word, until
    * the first wake-up of ours (else NULL), and the channel, until the thread woke (whose ring
    * stays mapped meanwhile: a channel that closes before leaves itself to that thread,
-   * ezi_pub_chan_orphan). */
+   * ezi_pub_chan_free). */
   uint32_t *sleep_word;
   pub_chan *sleep_pc;
   ezi_seg *seg;

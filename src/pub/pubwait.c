@@ -152,19 +152,23 @@ void ezi_pub_ring_close(ez_pub *p, pub_chan *pc, uint64_t now) {
     p->in_flight--;
   }
   pc->held = 0;
-  pc->mode = EZI_SEND_FRAMES;
-  if (p->sleep_pc != pc) ezi_ring_detach(&pc->ring); /* (else ezi_pub_chan_orphan) */
+  pc->mode = EZI_SEND_FRAMES;    /* (its mapping goes with pc: ezi_pub_chan_free) */
   ezi_shm_unlink(pc->ring_name); /* in case the channel never mapped it */
   ezi_pub_ring_wake(p);
 }
 
-bool ezi_pub_chan_orphan(ez_pub *p, pub_chan *pc) {
-  if (p->sleep_pc == pc) {
-    pc->orphan = true; /* word_sleep frees it */
-    return true;
-  }
+/* pc's ring mapping and memory. */
+static void chan_free(pub_chan *pc) {
   ezi_ring_detach(&pc->ring);
-  return false;
+  free(pc->t0);
+  free(pc);
+}
+
+void ezi_pub_chan_free(ez_pub *p, pub_chan *pc) {
+  if (p->sleep_pc == pc)
+    pc->orphan = true; /* word_sleep frees it when it wakes */
+  else
+    chan_free(pc);
 }
 
 /* True once slot idx is free as far as the local channel and the rings can tell without a lock
@@ -279,9 +283,7 @@ static int word_sleep(ez_pub *p, pub_chan *pc, uint32_t idx, uint64_t deadline) 
     p->sleep_pc = NULL; /* (the ring may go now) */
     if (rc == EZ_ESYS || (rc == EZ_ETIMEDOUT && ezi_now_ns() < deadline)) rc = 0;
     if (pc->orphan) { /* its channel closed meanwhile and left it to this thread */
-      ezi_ring_detach(&pc->ring);
-      free(pc->t0);
-      free(pc);
+      chan_free(pc);
       return rc;
     }
     if (rc == EZ_ESYS) pc->word_bad = true;

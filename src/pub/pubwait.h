@@ -16,14 +16,14 @@ void ezi_pub_ring_wake(ez_pub *pub);
 /* A receiver freed the local slot the publisher waits for (or it waits for any): takes pub->mu
  * and wakes it (ezi_pub_ring_wake). Any thread. */
 void ezi_pub_local_wake(ez_pub *pub);
-/* Channel pc closes: its ring's slots are freed and the ring unmapped, unless a publishing
- * thread sleeps on the ring's word (then it stays mapped for that thread). pub->mu held. */
+/* Channel pc closes: its ring's slots are freed (the ring stays mapped until ezi_pub_chan_free).
+ * pub->mu held. */
 void ezi_pub_ring_close(ez_pub *pub, pub_chan *pc, uint64_t now);
-/* The closing of pc is done (pub->mu held): if a publishing thread still sleeps on its ring's
- * word (which a ring truncated under it keeps from waking for up to 100 ms), pc and its ring are
- * left to that thread, which frees them when it wakes, and true is returned; else the ring is
- * unmapped and false returned: the caller frees pc. So the I/O thread never waits for it. */
-bool ezi_pub_chan_orphan(ez_pub *pub, pub_chan *pc);
+/* The closing of pc is done (pub->mu held; pc out of pub's channels): frees pc and unmaps its
+ * ring, or, if a publishing thread still sleeps on that ring's word (which a ring truncated under
+ * it keeps from waking for up to 100 ms), leaves both to that thread, which frees them when it
+ * wakes. So the I/O thread never waits for it. */
+void ezi_pub_chan_free(ez_pub *pub, pub_chan *pc);
 
 /* Waits until the next slot (of `bytes` bytes on the wire) is free and the publisher runs:
  * every holder released it, no channel switching mode holds messages, no window or full outbox
