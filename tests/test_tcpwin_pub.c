@@ -500,12 +500,44 @@ static void test_publisher_writes_batches(void **state) {
   ez_context_close(ctx);
 }
 
+/* The same with the channel gone first: the publishing thread's write of a batch fails, which
+ * kills the outbox (later frames are dropped, not retried), and the I/O thread's flush reports
+ * the link lost once it runs again; the publisher drops the channel and goes on publishing. */
+static void test_publisher_batch_to_closed_peer(void **state) {
+  (void)state;
+  enum { N = 600, LEN = 64 };
+  ez_context *ctx = th_open_ctx("0");
+  uint16_t port;
+  ez_pub *p = make_pub(ctx, "/win/batch-closed", N, 256, &port);
+  int fd = fake_chan(port, N);
+  uint8_t msg[LEN] = {0};
+  assert_int_equal(ez_publish(p, msg, LEN, TMO), 0);
+  expect_tcp(fd, 0, LEN);
+  io_hold h;
+  io_hold_start(&h, ctx);
+  struct linger lg = {1, 0}; /* a reset, not a FIN: the next send fails at once */
+  assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+  close(fd);
+  for (int k = 1; k < N; k++) /* past several batches: nothing blocks, nothing kills us */
+    assert_int_equal(ez_publish(p, msg, LEN, TMO), 0);
+  assert_int_equal(ez_pub_num_channels(p), 1); /* (only the I/O thread closes it) */
+  io_hold_end(&h);
+  int64_t end = th_now_ms() + TMO;
+  while (ez_pub_num_channels(p) != 0 && th_now_ms() < end)
+    th_sleep_ms(1);
+  assert_int_equal(ez_pub_num_channels(p), 0);
+  assert_int_equal(ez_publish(p, msg, LEN, TMO), 0); /* its slots were freed with it */
+  ez_pub_destroy(p);
+  ez_context_close(ctx);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_publisher_window, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_byte_budget, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_window_off, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_writes_batches, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_publisher_batch_to_closed_peer, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_outbox_bounded, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_outbox_channel_leaves, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_unknown_asks, th_setup, th_teardown),

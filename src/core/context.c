@@ -67,13 +67,15 @@ void ezi_outbox_init(ezi_outbox *ob, ezi_watch *w, uint32_t base_events) {
  * `wrote`). Under load the I/O thread, which takes turns with the publishing thread for a CPU,
  * found 1-2 KiB at a time (64 B: 27 messages a system call, ZeroMQ's 86); written here it is
  * one call for at least EZI_OUTBOX_BATCH bytes (everything pending, as far as the socket takes
- * it), with bytes still in this core's cache. A socket error is left for the I/O thread's next
- * flush, which reports it. */
+ * it), with bytes still in this core's cache. A socket error kills the outbox (no append after
+ * it tries again), and the I/O thread's next flush reports the link lost. */
 static bool write_batch(ezi_outbox *ob) {
   if (ob->io_busy || ob->dead || __atomic_load_n(&ob->drain_wait, __ATOMIC_SEQ_CST)) return false;
   size_t before = ezi_buf_pending(&ob->pending);
-  (void)ezi_buf_flush(&ob->pending, ob->w->fd);
+  bool lost = ezi_buf_flush(&ob->pending, ob->w->fd) != 0;
   __atomic_fetch_add(&ob->written, before - ezi_buf_pending(&ob->pending), __ATOMIC_SEQ_CST);
+  /* As for a frame that could not be queued: appends stop, and the flush reports the link lost. */
+  if (lost) ob->dead = true;
   /* A drain waiter that armed after the first look may have counted the bytes as unsent: then
    * the I/O thread must look (its flush ends in `wrote`, which wakes it). */
   return __atomic_load_n(&ob->drain_wait, __ATOMIC_SEQ_CST) != 0;
