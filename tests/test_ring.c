@@ -3,7 +3,7 @@
  * publisher process whose notices reach this process through the ring, or through TX_SHM frames
  * when the ring is turned off, and the receiver that sleeps on the ring's word: woken by the
  * publisher directly, by an older publisher's frame, by its link's end, and not fooled by a peer
- * that wakes it for nothing. */
+ * that wakes it for nothing; a receiver of several rings sleeps on all their words at once. */
 #include "harness.h"
 #include "proto/marshal.h"
 #include "rawproto.h"
@@ -582,6 +582,87 @@ static void test_word_spurious_and_link_end(void **state) {
   word_done(ctx, s, &f);
 }
 
+/* Whether thread tid of this process sleeps in futex_waitv on n words. */
+static bool in_futex_waitv(int tid, unsigned long n) {
+  char path[64], line[256] = "";
+  snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  bool ok = fgets(line, sizeof line, f) != NULL;
+  fclose(f);
+  unsigned long nr = 0, a0 = 0, count = 0;
+  return ok && sscanf(line, "%lu %lx %lx", &nr, &a0, &count) == 3 && nr == SYS_futex_waitv &&
+         count == n;
+}
+
+/* ezi_futex_waitv: a word that no longer holds what the caller read returns at once, words that
+ * do sleep until the deadline, and a bad call or an unmapped word is an error, not a sleep. */
+static void test_futex_waitv(void **state) {
+  (void)state;
+  uint32_t a = 5, b = 7;
+  uint32_t *w[2] = {&a, &b}, v[2] = {5, 8};
+  assert_int_equal(ezi_futex_waitv(w, v, 2, UINT64_MAX), 0); /* b is not 8 */
+  v[1] = 7;
+  uint64_t t0 = mono_ns();
+  assert_int_equal(ezi_futex_waitv(w, v, 2, t0 + 20000000u), EZ_ETIMEDOUT);
+  assert_true(mono_ns() - t0 >= 20000000u);
+  assert_int_equal(ezi_futex_waitv(w, v, 0, UINT64_MAX), EZ_ESYS);
+  uint32_t *unmapped[2] = {&a, (uint32_t *)(uintptr_t)64};
+  assert_int_equal(ezi_futex_waitv(unmapped, v, 2, UINT64_MAX), EZ_ESYS);
+}
+
+/* A receiver of two shared rings (fan-in from two publishers) sleeps on both rings' words at
+ * once and asks neither publisher for a frame; a wake-up of either word, with no frame, brings
+ * that publisher's message. */
+static void test_word_fan_in(void **state) {
+  (void)state;
+  const char *topic = "/ring/fanin";
+  ez_context *ctx;
+  ez_sub *s;
+  fake f[2];
+  assert_int_equal(ez_context_open(th_addr, &ctx), 0);
+  assert_int_equal(ez_sub_create(ctx, topic, NULL, &s), 0);
+  for (int i = 0; i < 2; i++) {
+    fake_start(&f[i], topic);
+    fake_put(&f[i], 0, 0, "first", 1);
+  }
+  for (int i = 0; i < 2; i++) {
+    ez_msg m;
+    assert_int_equal(ez_recv(s, &m, TMO), 0);
+    assert_int_equal(m.msg_id, 0);
+    ez_msg_release(&m);
+  }
+  for (int i = 0; i < 2; i++) /* (as each publisher's next put takes what was asked) */
+    __atomic_store_n(&f[i].ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST);
+  for (int k = 0; k < 2; k++) {
+    fake *p = &f[1 - k], *other = &f[k]; /* the second ring's message first */
+    receiver r;
+    receiver_start(&r, s, TMO);
+    int64_t end = th_now_ms() + TMO;
+    int tid;
+    while (!(tid = __atomic_load_n(&r.tid, __ATOMIC_SEQ_CST)) && th_now_ms() < end)
+      th_sleep_ms(1);
+    while (!in_futex_waitv(tid, 2) && th_now_ms() < end)
+      th_sleep_ms(1);
+    assert_true(in_futex_waitv(tid, 2));
+    fake_put_silent(p, 1, k ? "one" : "two");
+    uint32_t want = __atomic_exchange_n(&p->ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST);
+    assert_int_equal(want, EZI_RING_WANT_WORD); /* the word alone: no frame */
+    assert_int_equal(ezi_futex_wake(&p->ring.h->rx_word), 1);
+    pthread_join(r.th, NULL);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.msg_id, 1);
+    assert_string_equal(r.text, k ? "one" : "two");
+    /* The other ring was asked for its word too; its next put would take that. */
+    want = __atomic_exchange_n(&other->ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST);
+    assert_int_equal(want, EZI_RING_WANT_WORD);
+  }
+  for (int i = 0; i < 2; i++)
+    fake_end(&f[i]);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
 /* The ring header of ctx's one shared-ring channel (chan/channel.h), or NULL. */
 static ezi_ring_hdr *ring_of(ez_context *ctx) {
   ezi_ring_hdr *h = NULL;
@@ -789,6 +870,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_word_woken_by_frame, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_word_spurious_and_link_end, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_empty_frame_rearms, th_setup, th_teardown),
+      cmocka_unit_test(test_futex_waitv),
+      cmocka_unit_test_setup_teardown(test_word_fan_in, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_empty_frame_word_sleeper, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_wakes_word, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_publisher_wakes_frames, th_setup, th_teardown),

@@ -24,6 +24,39 @@ int ezi_futex_wait(uint32_t *word, uint32_t expect, uint64_t deadline) {
   return EZ_ESYS;
 }
 
+/* Set once futex_waitv was found missing (ENOSYS: a kernel before 5.16, or a tool such as an
+ * emulator that does not know the call). */
+static int waitv_missing;
+
+int ezi_futex_waitv(uint32_t *const *words, const uint32_t *expect, size_t n, uint64_t deadline) {
+#ifdef SYS_futex_waitv
+  if (!n || n > EZI_FUTEX_WAITV_MAX) return EZ_ESYS;
+  if (__atomic_load_n(&waitv_missing, __ATOMIC_RELAXED)) return EZ_ENOTSUP;
+  struct timespec ts, *tp = NULL;
+  if (deadline != UINT64_MAX) {
+    if (ezi_now_ns() >= deadline) return EZ_ETIMEDOUT;
+    ts.tv_sec = (time_t)(deadline / 1000000000u);
+    ts.tv_nsec = (long)(deadline % 1000000000u);
+    tp = &ts;
+  }
+  struct futex_waitv w[EZI_FUTEX_WAITV_MAX];
+  for (size_t i = 0; i < n; i++) /* shared words: no FUTEX_PRIVATE_FLAG */
+    w[i] = (struct futex_waitv){.val = expect[i], .uaddr = (uintptr_t)words[i], .flags = FUTEX_32};
+  /* The timeout is absolute, on the clock named (CLOCK_MONOTONIC: ezi_deadline's). */
+  long rc = syscall(SYS_futex_waitv, w, (unsigned)n, 0u, tp, CLOCK_MONOTONIC);
+  if (rc >= 0 || errno == EAGAIN || errno == EINTR) return 0;
+  if (errno == ETIMEDOUT) return EZ_ETIMEDOUT;
+  if (errno != ENOSYS) return EZ_ESYS;
+  __atomic_store_n(&waitv_missing, 1, __ATOMIC_RELAXED);
+#else
+  (void)words;
+  (void)expect;
+  (void)n;
+  (void)deadline;
+#endif
+  return EZ_ENOTSUP;
+}
+
 int ezi_futex_wake(uint32_t *word) {
   __atomic_add_fetch(word, 1, __ATOMIC_SEQ_CST);
   return (int)syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);

@@ -8,6 +8,7 @@
 #ifndef EZI_FUTEX_H
 #define EZI_FUTEX_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Sleeps while *word == expect, until woken or until `deadline` (CLOCK_MONOTONIC ns, as
@@ -16,6 +17,15 @@
  * deadline passed, EZ_ESYS if the word cannot be slept on (not mapped: EFAULT; the caller then
  * waits another way). Any thread. */
 int ezi_futex_wait(uint32_t *word, uint32_t expect, uint64_t deadline);
+
+/* The most words ezi_futex_waitv sleeps on at once (the kernel's FUTEX_WAITV_MAX). */
+#define EZI_FUTEX_WAITV_MAX 128
+
+/* Sleeps, as ezi_futex_wait, while every words[i] == expect[i] (n of them, 1 <= n <=
+ * EZI_FUTEX_WAITV_MAX), until one is woken or the deadline: Linux's futex_waitv (5.16 on).
+ * Returns as ezi_futex_wait, and EZ_ENOTSUP if the kernel does not have the call (the caller
+ * then sleeps another way; every later call says the same at once). Any thread. */
+int ezi_futex_waitv(uint32_t *const *words, const uint32_t *expect, size_t n, uint64_t deadline);
 
 /* Adds one to *word (sequentially consistent) and wakes every thread sleeping on it, in any
  * process. Returns how many woke (-1 if the system call failed, e.g. the word is not mapped).

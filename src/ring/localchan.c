@@ -178,37 +178,57 @@ void ezi_lchan_signal_all(ezi_lring *r) {
 
 static bool done_with(ezi_lrecv *s, chan_sub *cs);
 
-chan_sub *ezi_lchan_arm_word(ezi_lrecv *s, uint32_t **word, uint32_t *val) {
-  if (s->n_locals != 1) return NULL;
-  chan_sub *cs = s->locals[0];
-  ezi_lring *r = cs->lr;
-  if (cs->gone || cs->cut || cs->no_word || !r->ops->arm_word) return NULL;
-  *word = r->ops->arm_word(r, val);
-  return *word ? cs : NULL;
+/* Set once the kernel was found not to sleep on several words at once (ezi_futex_waitv): a
+ * receiver of several rings then sleeps its own way. */
+static int multi_words_off;
+
+bool ezi_lchan_arm_words(ezi_lrecv *s, ezi_lwords *w) {
+  size_t n = s->n_locals;
+  if (!n || n > EZI_LCHAN_WORDS || (n > 1 && __atomic_load_n(&multi_words_off, __ATOMIC_RELAXED)))
+    return false;
+  for (size_t i = 0; i < n; i++) { /* all or none: asked for nothing before that is known */
+    const chan_sub *cs = s->locals[i];
+    if (cs->gone || cs->cut || cs->no_word || !cs->lr->ops->arm_word) return false;
+  }
+  for (size_t i = 0; i < n; i++) {
+    chan_sub *cs = s->locals[i];
+    w->cs[i] = cs;
+    w->word[i] = cs->lr->ops->arm_word(cs->lr, &w->val[i]);
+    if (!w->word[i]) return false;
+  }
+  w->n = n;
+  return true;
 }
 
 /* The longest a receiver sleeps on a producer's word before it looks again (ezi_lchan_sleep). */
 #define WORD_SLICE_NS 1000000000ull
 
-int ezi_lchan_sleep(ezi_lrecv *s, chan_sub *cs, uint32_t *word, uint32_t val, uint64_t deadline) {
-  cs->sleeping = true; /* (cs, its channel and so the word stay: done_with) */
-  __atomic_store_n(&s->sleep_word, word, __ATOMIC_RELAXED); /* (read by ezi_lchan_word_sleeper) */
+int ezi_lchan_sleep(ezi_lrecv *s, ezi_lwords *w, uint64_t deadline) {
+  for (size_t i = 0; i < w->n; i++)
+    w->cs[i]->sleeping = true; /* (cs, its channel and so the word stay: done_with) */
+  __atomic_store_n(&s->sleep_word, w->word[0], __ATOMIC_RELAXED); /* (ezi_lchan_word_sleeper) */
   pthread_mutex_unlock(s->mu);
   uint64_t slice = ezi_now_ns() + WORD_SLICE_NS;
-  int rc = ezi_futex_wait(word, val, slice < deadline ? slice : deadline);
+  if (slice > deadline) slice = deadline;
+  int rc = w->n == 1 ? ezi_futex_wait(w->word[0], w->val[0], slice)
+                     : ezi_futex_waitv(w->word, w->val, w->n, slice);
   pthread_mutex_lock(s->mu);
   __atomic_store_n(&s->sleep_word, NULL, __ATOMIC_RELAXED);
-  cs->sleeping = false;
-  /* A word that cannot be slept on: this membership's receiver waits its own way from now on. */
-  if (rc == EZ_ESYS) {
-    cs->no_word = true;
-    rc = 0;
-  }
-  if (rc == EZ_ETIMEDOUT && ezi_now_ns() < deadline) rc = 0; /* only the slice passed */
-  if (done_with(s, cs)) { /* it left meanwhile, and waited for this thread to let go */
-    pthread_mutex_unlock(s->mu);
-    cs->done(cs);
-    pthread_mutex_lock(s->mu);
+  if (rc == EZ_ENOTSUP) __atomic_store_n(&multi_words_off, 1, __ATOMIC_RELAXED);
+  bool bad = rc == EZ_ESYS; /* an unmapped word (which one is not told) */
+  if (rc == EZ_ESYS || rc == EZ_ENOTSUP || (rc == EZ_ETIMEDOUT && ezi_now_ns() < deadline))
+    rc = 0; /* it looks again (only the slice passed, or it waits its own way from now on) */
+  /* One by one: a membership still marked asleep is freed by nobody while the lock is dropped
+   * for another's end. */
+  for (size_t i = 0; i < w->n; i++) {
+    chan_sub *cs = w->cs[i];
+    cs->sleeping = false;
+    if (bad) cs->no_word = true;
+    if (done_with(s, cs)) { /* it left meanwhile, and waited for this thread to let go */
+      pthread_mutex_unlock(s->mu);
+      cs->done(cs);
+      pthread_mutex_lock(s->mu);
+    }
   }
   return rc;
 }

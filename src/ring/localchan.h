@@ -111,9 +111,10 @@ struct ezi_lrecv {
   char pad0_[64];       /* producers read want_signal per message: a line of its own */
   uint32_t want_signal; /* atomic: a producer must signal it at its next message */
   char pad1_[64];
-  uint32_t *sleep_word; /* the producer's word its thread sleeps on (ezi_lchan_sleep), until the
-                         * first wake-up of ours; else NULL (atomic: written under mu, read by
-                         * the producer's side in ezi_lchan_word_sleeper) */
+  uint32_t
+      *sleep_word; /* a producer's word its thread sleeps on (the first of them: waking it
+                    * wakes the thread), until the first wake-up of ours; else NULL (atomic: written
+                    * under mu, read by the producer's side in ezi_lchan_word_sleeper) */
 };
 
 /* A membership of a channel: a ring's member, or a member of a channel with slots (chan/notices.c)
@@ -241,16 +242,27 @@ uint64_t ezi_lchan_in_flight(chan_sub *cs);
 bool ezi_lchan_ready(ezi_lrecv *rv);
 /* Asks the producers of rv's rings for a wake-up at their next message. */
 void ezi_lchan_arm(ezi_lrecv *rv);
-/* A receiver's thread may sleep on its producer's word when the receiver has one ring and
- * nothing else to wait for (the caller knows the rest). ezi_lchan_arm_word asks the producer for
- * that wake-up and returns the membership, with *word and *val to sleep on, or NULL (the caller
- * arms and waits its own way). The caller looks once more, then sleeps with ezi_lchan_sleep,
- * which drops rv's lock meanwhile and keeps the membership, its channel and the word alive until
- * it wakes: when the producer wakes the word, when ezi_lchan_wake_word does, after at most a
- * second (a word in a mapping that another process truncated is woken by nobody: the receiver
- * then looks again, and finds the ring broken), or at the deadline (EZ_ETIMEDOUT; else 0). */
-chan_sub *ezi_lchan_arm_word(ezi_lrecv *rv, uint32_t **word, uint32_t *val);
-int ezi_lchan_sleep(ezi_lrecv *rv, chan_sub *cs, uint32_t *word, uint32_t val, uint64_t deadline);
+/* A receiver's thread may sleep on its producers' words when every source it has is a ring with
+ * a word (shared rings: rx/ringchan.c) and it has nothing else to wait for (the caller knows the
+ * rest): on one word, or on up to EZI_LCHAN_WORDS at once (futex.h, ezi_futex_waitv).
+ * ezi_lchan_arm_words asks each producer for that wake-up and fills *w with the memberships and
+ * the words to sleep on; false if it cannot (the caller arms and waits its own way: producers
+ * already asked wake a word nobody sleeps on once). The caller looks once more, then sleeps with
+ * ezi_lchan_sleep, which drops rv's lock meanwhile and keeps each membership, its channel and its
+ * word alive until it wakes: when a producer wakes its word, when ezi_lchan_wake_word does, after
+ * at most a second (a word in a mapping that another process truncated is woken by nobody: the
+ * receiver then looks again, and finds the ring broken), or at the deadline (EZ_ETIMEDOUT; else
+ * 0). A word that cannot be slept on (unmapped) makes the memberships slept on with it wait their
+ * receiver's own way from then on. */
+#define EZI_LCHAN_WORDS 64
+typedef struct {
+  size_t n;
+  chan_sub *cs[EZI_LCHAN_WORDS];
+  uint32_t *word[EZI_LCHAN_WORDS];
+  uint32_t val[EZI_LCHAN_WORDS];
+} ezi_lwords;
+bool ezi_lchan_arm_words(ezi_lrecv *rv, ezi_lwords *w);
+int ezi_lchan_sleep(ezi_lrecv *rv, ezi_lwords *w, uint64_t deadline);
 /* Wakes rv's thread if it sleeps on a producer's word: whoever signals rv's condition variable
  * calls it too, holding rv's lock (which keeps the word alive). */
 void ezi_lchan_wake_word(ezi_lrecv *rv);

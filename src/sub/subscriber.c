@@ -258,19 +258,19 @@ int ez_recv(ez_sub *s, ez_msg *m, int timeout_ms) {
           if (poll_local(s)) continue;
         }
         s->waiters++;
-        /* Announce the sleep to local publishers, then look again (localchan.c). With one
-         * shared ring alone to wait for, sleep on its word, which its publisher wakes. */
-        chan_sub *word_cs = NULL;
-        uint32_t *word = NULL, val = 0;
+        /* Announce the sleep to local publishers, then look again (localchan.c). With shared
+         * rings alone to wait for, sleep on their words, which their publishers wake. */
+        ezi_lwords words;
+        bool on_words = false;
         if (s->lr.n_locals) {
           __atomic_store_n(&s->lr.want_signal, 1, __ATOMIC_SEQ_CST);
-          if (s->efd < 0 && !s->lr.max_queue) word_cs = ezi_lchan_arm_word(&s->lr, &word, &val);
-          if (!word_cs) ezi_lchan_arm(&s->lr);
+          if (s->efd < 0 && !s->lr.max_queue) on_words = ezi_lchan_arm_words(&s->lr, &words);
+          if (!on_words) ezi_lchan_arm(&s->lr);
         }
         if (ezi_lchan_ready(&s->lr))
           ;
-        else if (word_cs)
-          rc = ezi_lchan_sleep(&s->lr, word_cs, word, val, deadline);
+        else if (on_words)
+          rc = ezi_lchan_sleep(&s->lr, &words, deadline);
         else
           rc = ezi_cond_wait(&s->cv, &s->mu, deadline);
         s->waiters--;
