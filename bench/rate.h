@@ -10,6 +10,10 @@
  *   stage, each a process. A stage runs `--work` passes of FNV-1a over the frame it received
  *   (a fixed amount of CPU), copies the frame, stamps its checksum and stage count into the
  *   header and publishes the copy.
+ * - fanin: `--sources` sources (default 8), each a process paced as above at `--rate` on the same
+ *   topic -> one sink: the many-to-one edge of a graph (ZeroMQ: one XPUB per source, the sink's
+ *   SUB connected to each). The sink checks each source's sequence on its own and ends after
+ *   every source's END.
  * - --null (rate only): the source paces and sends nothing, no sink: the cost of pacing alone.
  *
  * Every message starts with rb_hdr: sequence number and CLOCK_MONOTONIC send time (kept through
@@ -43,7 +47,7 @@
 typedef struct rb_hdr {
   uint32_t magic, flags; /* F_MEASURE, F_END (peer.h) */
   uint64_t seq, t_ns;    /* sequence number, CLOCK_MONOTONIC send time at the source */
-  uint32_t stages, pad;  /* stages passed */
+  uint32_t stages, src;  /* stages passed; which source (fanin) */
   uint64_t sum;          /* the last stage's checksum */
 } rb_hdr;                /* 40 bytes */
 
@@ -54,14 +58,15 @@ typedef struct rb_node {
   int role;
   int in, out;         /* topic numbers, -1: none */
   unsigned downstream; /* subscribers its publisher waits for before the start */
+  unsigned idx;        /* a source's number (fanin: 0 .. sources - 1), else 0 */
 } rb_node;
 
 static struct {
-  bool pipeline, null, json, syscalls;
+  bool pipeline, fanin, null, json, syscalls;
   double rate, duration, warmup;
   size_t size;
-  unsigned stages, sinks, work;
-} O = {false, false, false, false, 1000, 2.0, 0.5, 256, 4, 3, 8};
+  unsigned stages, sinks, work, sources;
+} O = {false, false, false, false, false, 1000, 2.0, 0.5, 256, 4, 3, 8, 8};
 
 /* A received message: the transport's zero-copy view. */
 typedef struct rb_view {
@@ -172,12 +177,12 @@ static void rb_sleep_until(uint64_t t) {
   }
 }
 
-static void rb_source(rb_ep *e, uint64_t t_go, rb_result *r) {
+static void rb_source(rb_ep *e, unsigned idx, uint64_t t_go, rb_result *r) {
   uint64_t period = (uint64_t)(1e9 / O.rate), t_meas = t_go + (uint64_t)(O.warmup * 1e9);
   uint64_t t_stop = t_meas + (uint64_t)(O.duration * 1e9), hard = rb_hard(t_go);
   uint8_t *buf = calloc(1, O.size);
   if (!buf) return rb_fail(r, -1, "out of memory");
-  rb_hdr h = {.magic = RB_MAGIC};
+  rb_hdr h = {.magic = RB_MAGIC, .src = idx};
   rb_usage u0 = {0}, u1;
   bool measuring = false;
   prctl(PR_SET_TIMERSLACK, 1UL);
@@ -219,12 +224,12 @@ static void rb_source(rb_ep *e, uint64_t t_go, rb_result *r) {
 
 /* A stage (forwards) or a sink (checks and measures), until END. */
 static void rb_receiver(rb_ep *e, int role, uint64_t t_go, rb_result *r) {
-  uint64_t hard = rb_hard(t_go), next = 0;
+  uint64_t hard = rb_hard(t_go), next[RB_MAX_NODES] = {0};
   uint8_t *buf = role == RB_STAGE ? calloc(1, O.size) : NULL;
   if (role == RB_STAGE && !buf) return rb_fail(r, -1, "out of memory");
   rb_usage u0 = {0}, u1 = {0};
-  bool seen = false, measuring = false;
-  unsigned want_stages = O.pipeline ? O.stages : 0;
+  bool seen[RB_MAX_NODES] = {false}, measuring = false;
+  unsigned want_stages = O.pipeline ? O.stages : 0, ends = 0, sources = O.fanin ? O.sources : 1;
   for (;;) {
     rb_view v;
     int rc = tp_recv(e, &v, hard);
@@ -236,25 +241,29 @@ static void rb_receiver(rb_ep *e, int role, uint64_t t_go, rb_result *r) {
     uint64_t t = now_ns();
     rb_hdr h = {0};
     if (v.len >= sizeof h) memcpy(&h, v.data, sizeof h);
-    if (h.magic != RB_MAGIC) {
+    if (h.magic != RB_MAGIC || h.src >= sources) {
       r->corrupt++;
       tp_release(e, &v);
       continue;
     }
-    bool end = h.flags & F_END;
+    bool end = (h.flags & F_END) && ++ends == sources; /* (the last source's END) */
     if (end || (!measuring && (h.flags & F_MEASURE))) {
       rb_usage u = rb_usage_now();
       if (end) u1 = u;
       if (!end) u0 = u, measuring = true;
     }
-    if (!end) {
-      if (!seen || h.seq == next)
-        seen = true, next = h.seq + 1;
-      else if (h.seq > next)
-        r->lost += h.seq - next, next = h.seq + 1;
+    if (!(h.flags & F_END)) {
+      uint64_t *nx = &next[h.src];
+      if (!seen[h.src] || h.seq == *nx)
+        seen[h.src] = true, *nx = h.seq + 1;
+      else if (h.seq > *nx)
+        r->lost += h.seq - *nx, *nx = h.seq + 1;
       else
         r->late++;
       if (h.flags & F_MEASURE) r->count++;
+    } else if (!end) { /* another source's END: not forwarded (no stage in fanin) */
+      tp_release(e, &v);
+      continue;
     }
     if (role == RB_STAGE) {
       size_t len = v.len > O.size ? O.size : v.len;
@@ -286,13 +295,19 @@ static unsigned rb_n;
 
 static void rb_topology(void) {
   rb_n = 0;
-  rb_nodes[rb_n++] = (rb_node){RB_SOURCE, -1, 0, O.pipeline ? 1 : O.null ? 0 : 1};
+  if (O.fanin) {
+    for (unsigned i = 0; i < O.sources; i++)
+      rb_nodes[rb_n++] = (rb_node){RB_SOURCE, -1, 0, 1, i};
+    rb_nodes[rb_n++] = (rb_node){RB_SINK, 0, -1, 0, 0};
+    return;
+  }
+  rb_nodes[rb_n++] = (rb_node){RB_SOURCE, -1, 0, O.pipeline ? 1 : O.null ? 0 : 1, 0};
   if (O.null) return;
   unsigned st = O.pipeline ? O.stages : 0;
   for (unsigned i = 0; i < st; i++)
-    rb_nodes[rb_n++] = (rb_node){RB_STAGE, (int)i, (int)i + 1, i + 1 == st ? O.sinks : 1};
+    rb_nodes[rb_n++] = (rb_node){RB_STAGE, (int)i, (int)i + 1, i + 1 == st ? O.sinks : 1, 0};
   for (unsigned i = 0; i < (O.pipeline ? O.sinks : 1); i++)
-    rb_nodes[rb_n++] = (rb_node){RB_SINK, (int)st, -1, 0};
+    rb_nodes[rb_n++] = (rb_node){RB_SINK, (int)st, -1, 0, 0};
 }
 
 /* A node's process: setup (answered), wait for its subscribers (answered), run from t_go. */
@@ -317,7 +332,7 @@ __attribute__((noreturn)) static void rb_child(const rb_node *nd, int fd) {
   if (io_full(fd, &t_go, sizeof t_go, false, dl + 5000000000u) || !t_go) _exit(3);
   rb_sleep_until(t_go);
   if (nd->role == RB_SOURCE)
-    rb_source(e, t_go, &r);
+    rb_source(e, nd->idx, t_go, &r);
   else
     rb_receiver(e, nd->role, t_go, &r);
   if (!O.null) tp_close(e, rb_hard(t_go));
@@ -393,9 +408,11 @@ static int rb_run(char *err, size_t errcap) {
 static void rb_usage_exit(int code) {
   fprintf(
       code ? stderr : stdout,
-      "usage: %s [--mode rate|pipeline] [--rate HZ] [--size B] [--duration S] [--warmup S]\n"
-      "       [--stages N] [--sinks N] [--work PASSES] [--null] [--syscalls] [--json]\n"
-      "  rate: 1 source -> 1 sink at HZ (default 1000, 256 B); pipeline: source (default\n"
+      "usage: %s [--mode rate|pipeline|fanin] [--rate HZ] [--size B] [--duration S]\n"
+      "       [--warmup S] [--stages N] [--sinks N] [--sources N] [--work PASSES] [--null]\n"
+      "       [--syscalls] [--json]\n"
+      "  rate: 1 source -> 1 sink at HZ (default 1000, 256 B); fanin: N sources (8), each\n"
+      "  at HZ, -> 1 sink; pipeline: source (default\n"
       "  1000 Hz, 4096 B) -> N stages (4) -> N sinks (3), each stage doing PASSES (8)\n"
       "  passes of FNV-1a over the frame. --null: pacing alone, nothing sent. --syscalls:\n"
       "  count system calls too (perf tracepoint). Output: one JSON object (--json: the same).\n",
@@ -405,18 +422,22 @@ static void rb_usage_exit(int code) {
 
 static void rb_parse(int argc, char **argv) {
   static const struct option lo[] = {
-      {"mode", 1, 0, 'm'},   {"rate", 1, 0, 'r'},     {"size", 1, 0, 's'},  {"duration", 1, 0, 'd'},
-      {"warmup", 1, 0, 'w'}, {"stages", 1, 0, 'S'},   {"sinks", 1, 0, 'k'}, {"work", 1, 0, 'W'},
-      {"null", 0, 0, 'n'},   {"syscalls", 0, 0, 'y'}, {"json", 0, 0, 'j'},  {"help", 0, 0, 'h'},
-      {0, 0, 0, 0}};
+      {"mode", 1, 0, 'm'},     {"rate", 1, 0, 'r'},   {"size", 1, 0, 's'},
+      {"duration", 1, 0, 'd'}, {"warmup", 1, 0, 'w'}, {"stages", 1, 0, 'S'},
+      {"sinks", 1, 0, 'k'},    {"work", 1, 0, 'W'},   {"null", 0, 0, 'n'},
+      {"syscalls", 0, 0, 'y'}, {"json", 0, 0, 'j'},   {"help", 0, 0, 'h'},
+      {"sources", 1, 0, 'N'},  {0, 0, 0, 0}};
   bool size_set = false;
   int c;
-  while ((c = getopt_long(argc, argv, "m:r:s:d:w:S:k:W:nyjh", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "m:r:s:d:w:S:k:W:N:nyjh", lo, NULL)) != -1) {
     switch (c) {
     case 'm':
-      if (strcmp(optarg, "rate") && strcmp(optarg, "pipeline")) rb_usage_exit(2);
+      if (strcmp(optarg, "rate") && strcmp(optarg, "pipeline") && strcmp(optarg, "fanin"))
+        rb_usage_exit(2);
       O.pipeline = !strcmp(optarg, "pipeline");
+      O.fanin = !strcmp(optarg, "fanin");
       break;
+    case 'N': O.sources = (unsigned)strtoul(optarg, NULL, 10); break;
     case 'r': O.rate = strtod(optarg, NULL); break;
     case 's': O.size = (size_t)strtoull(optarg, NULL, 10), size_set = true; break;
     case 'd': O.duration = strtod(optarg, NULL); break;
@@ -434,8 +455,8 @@ static void rb_parse(int argc, char **argv) {
   if (O.pipeline && !size_set) O.size = 4096;
   if (optind != argc || O.size < sizeof(rb_hdr) || O.size > (64u << 20) || !(O.rate >= 1) ||
       O.rate > 1e6 || !(O.duration > 0) || O.duration > 3600 || O.warmup < 0 || O.warmup > 600 ||
-      O.stages < 1 || O.sinks < 1 || 1 + O.stages + O.sinks > RB_MAX_NODES ||
-      (O.null && O.pipeline))
+      O.stages < 1 || O.sinks < 1 || 1 + O.stages + O.sinks > RB_MAX_NODES || O.sources < 1 ||
+      O.sources + 1 > RB_MAX_NODES || (O.null && (O.pipeline || O.fanin)))
     rb_usage_exit(2);
 }
 
@@ -448,9 +469,11 @@ static int rb_main(int argc, char **argv) {
   char err[300] = {0};
   rb_run(err, sizeof err);
   static uint64_t hist[H_N];
-  const rb_result *src = &rb_res[0];
-  uint64_t n = src->sent, lost = 0, late = 0, corrupt = 0, mismatch = 0, cpu = 0, vcs = 0, ics = 0;
+  uint64_t n = 0, missed = 0, lost = 0, late = 0, corrupt = 0, mismatch = 0, cpu = 0, vcs = 0,
+           ics = 0;
   int64_t sys = 0;
+  for (unsigned i = 0; i < rb_n; i++) /* (fanin: every source's) */
+    if (rb_nodes[i].role == RB_SOURCE) n += rb_res[i].sent, missed += rb_res[i].missed;
   for (unsigned i = 0; i < rb_n; i++) {
     const rb_result *r = &rb_res[i];
     lost += r->lost, late += r->late, corrupt += r->corrupt;
@@ -467,18 +490,21 @@ static int rb_main(int argc, char **argv) {
              (unsigned long long)lost, (unsigned long long)late, (unsigned long long)corrupt,
              (unsigned long long)mismatch);
   bool ok = !err[0];
-  printf("{\"impl\": \"%s\", \"mode\": \"%s\", ", O.null ? "null" : tp_impl(),
-         O.pipeline ? "pipeline" : "rate");
+  printf("{\"impl\": \"%s\", \"mode\": \"%s\", \"sources\": %u, ", O.null ? "null" : tp_impl(),
+         O.pipeline ? "pipeline"
+         : O.fanin  ? "fanin"
+                    : "rate",
+         O.fanin ? O.sources : 1);
   tp_json_extra();
   printf("\"rate_hz\": %g, \"size\": %zu, \"duration_s\": %g, \"warmup_s\": %g, \"stages\": %u, "
          "\"sinks\": %u, \"work_passes\": %u, \"nprocs\": %u, \"ok\": %s, \"sent\": %llu, "
          "\"missed\": %llu, \"achieved_hz\": %.1f, \"lost\": %llu, \"late\": %llu, "
          "\"corrupt\": %llu, \"mismatch\": %llu, ",
          O.rate, O.size, O.duration, O.warmup, O.pipeline ? O.stages : 0,
-         rb_n - 1 - O.stages * O.pipeline, O.pipeline ? O.work : 0, rb_n, ok ? "true" : "false",
-         (unsigned long long)n, (unsigned long long)src->missed, (double)n / O.duration,
-         (unsigned long long)lost, (unsigned long long)late, (unsigned long long)corrupt,
-         (unsigned long long)mismatch);
+         O.fanin ? 1 : rb_n - 1 - O.stages * O.pipeline, O.pipeline ? O.work : 0, rb_n,
+         ok ? "true" : "false", (unsigned long long)n, (unsigned long long)missed,
+         (double)n / O.duration, (unsigned long long)lost, (unsigned long long)late,
+         (unsigned long long)corrupt, (unsigned long long)mismatch);
   printf("\"lat_p50_us\": %.2f, \"lat_p99_us\": %.2f, \"lat_p999_us\": %.2f, \"lat_max_us\": %.2f, "
          "\"cpu_us_per_msg\": %.3f, \"vcsw_per_msg\": %.3f, \"ivcsw_per_msg\": %.3f, "
          "\"syscalls_per_msg\": ",

@@ -9,7 +9,9 @@
 # (EZMSG_SPIN_US=0), ZeroMQ (ez_bench_zmq_rate: XPUB with ZMQ_XPUB_NODROP -> SUB over ipc), and
 # the pacing alone (ez_bench_rate --null: the source sleeps and wakes, sends nothing). Pipeline:
 # a source at 1 kHz of 4 KiB -> 4 stages (WORK passes of FNV-1a over each frame) -> 3 sinks,
-# 8 processes, ours (polling on and off) and ZeroMQ built the same way (bench/rate.h). Each run
+# 8 processes, ours (polling on and off) and ZeroMQ built the same way (bench/rate.h). Fan-in:
+# SOURCES processes, each paced at FANIN_RATES Hz, 256 B, on one topic -> one sink (ZeroMQ: an XPUB
+# per source, the sink's SUB connected to each). Each run
 # reports CPU per message of every process (getrusage), context switches per message, latency
 # p50 / p99 / p99.9 / max; each round runs every case once, ours and theirs back to back, which
 # goes first alternating by round; cells are medians over the rounds. Then one round of the
@@ -20,7 +22,8 @@
 # EZMSG_PY=/work/ref39/src:/work/ref39/site), bench/py_rate.py at PY_RATES and SIZES.
 #
 # Environment: ROUNDS (3), DURATION (2 s measured), WARMUP (0.5 s), RATES ("100 1000 10000
-# 100000"), SIZES ("256 16384"), PIPE (1: the pipeline), WORK (8 passes), DIAG (1: the
+# 100000"), SIZES ("256 16384"), PIPE (1: the pipeline), WORK (8 passes), FANIN_RATES ("1000
+# 10000"; "" skips fan-in), SOURCES (8), DIAG (1: the
 # --syscalls round), EZMSG_PY (unset), PY_RATES ("100 1000 10000"), OUT (bench/RATE.md), PLOTS
 # (bench/plots).
 set -euo pipefail
@@ -33,6 +36,8 @@ RATES=${RATES:-100 1000 10000 100000}
 SIZES=${SIZES:-256 16384}
 PIPE=${PIPE:-1}
 WORK=${WORK:-8}
+FANIN_RATES=${FANIN_RATES-1000 10000}
+SOURCES=${SOURCES:-8}
 DIAG=${DIAG:-1}
 PY_RATES=${PY_RATES:-100 1000 10000}
 OUT=${OUT:-bench/RATE.md}
@@ -95,6 +100,10 @@ for round in $(seq 1 "$ROUNDS"); do
   if [ "$PIPE" = 1 ]; then
     pair "$round" "pipe/1000/4096" --mode pipeline --work "$WORK" "${COMMON[@]}"
   fi
+  for rate in $FANIN_RATES; do
+    pair "$round" "fanin/$rate/256" --mode fanin --sources "$SOURCES" --rate "$rate" --size 256 \
+      "${COMMON[@]}"
+  done
   if [ $HAVE_PY = 1 ]; then
     for rate in $PY_RATES; do
       for size in $SIZES; do

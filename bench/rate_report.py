@@ -153,6 +153,33 @@ if pipe:
             for i, n in IMPLS[:3]) + " |")
     L.append("")
 
+fan = sorted({int(k.split("/")[2]) for k in runs if k.split("/")[1] == "fanin"})
+if fan:
+    r0 = next(iter(runs[next(k for k in runs if k.split("/")[1] == "fanin")]))
+    n = r0.get("sources", len(r0["procs"]) - 1)
+    L.append(f"## Fan-in: {n} sources, each at a fixed rate, 256 B -> 1 sink ({n + 1} processes)\n")
+    L.append("Every source is paced as in the 1 -> 1 runs and publishes on the same topic; the sink "
+             "checks each source's sequence. CPU: all processes, per message sent by all sources "
+             "(µs); context switches likewise. Ours: ez_publish -> ez_recv over shared memory; "
+             f"ZeroMQ: an XPUB (ZMQ_XPUB_NODROP) per source, the sink's SUB connected to all {n}.\n")
+    L.append("| rate Hz per source | impl | CPU µs/msg | sink | sources | context switches/msg | "
+             "p50 / p99 / max µs | msgs/s (missed) |")
+    L.append("|---|---|---|---|---|---|---|---|")
+    for rate in fan:
+        for i, name in IMPLS[:3]:
+            k = f"{i}/fanin/{rate}/256"
+            if k not in runs:
+                continue
+            np_ = len(runs[k][0]["procs"])
+            srcs = [med(k, "cpu_us_per_msg", p) for p in range(np_ - 1)]
+            csw = med(k, "vcsw_per_msg") + med(k, "ivcsw_per_msg")
+            lat = " / ".join(f(med(k, x), 0) for x in ("lat_p50_us", "lat_p99_us", "lat_max_us"))
+            L.append(f"| {rate:,} | {name} | {f(med(k, 'cpu_us_per_msg'))} | "
+                     f"{f(med(k, 'cpu_us_per_msg', np_ - 1))} | "
+                     f"{f(sum(x for x in srcs if x is not None))} | {f(csw, 2)} | {lat} | "
+                     f"{f(med(k, 'achieved_hz'), 0)} ({f(med(k, 'missed'), 0)}) |")
+    L.append("")
+
 diag = sorted({k.split("/", 1)[1] for k in runs if k.split("/")[1] == "diag"})
 if diag:
     L.append("## System calls and context switches per message (one round, --syscalls)\n")
@@ -180,6 +207,12 @@ for rate in (1000, 10000):
         L.append(f"- CPU per message at {rate:,} Hz, {size} B: ours / ZeroMQ {ratio(o, z)} "
                  f"({'met' if o <= z else 'NOT met'}); with EZMSG_SPIN_US=0 {ratio(s0, z)} "
                  f"({'met' if s0 is not None and s0 <= z else 'NOT met'}).")
+for rate in fan:
+    o, s0, z = (med(f"{i}/fanin/{rate}/256", "cpu_us_per_msg") for i in ("ours", "spin0", "zmq"))
+    if o is not None and z is not None:
+        L.append(f"- CPU per message, fan-in at {rate:,} Hz per source, 256 B: ours / ZeroMQ "
+                 f"{ratio(o, z)} ({'met' if o <= z else 'NOT met'}); with EZMSG_SPIN_US=0 "
+                 f"{ratio(s0, z)} ({'met' if s0 is not None and s0 <= z else 'NOT met'}).")
 o, z = (med(f"{i}/pipe/1000/4096", "lat_p99_us") for i in ("ours", "zmq"))
 if o is not None and z is not None:
     L.append(f"- Pipeline end-to-end p99: ours / ZeroMQ {ratio(o, z)} "

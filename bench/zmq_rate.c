@@ -5,9 +5,10 @@
  * blocks instead of dropping at the high-water mark, so nothing is lost, like our backpressure)
  * on ipc:///tmp/ez_bench_zmq_rate.<coordinator pid>.t<k>, and its subscribers connect SUB
  * sockets to it. A publisher waits for all its subscriptions (ZMQ_XPUB_VERBOSE reports each)
- * before the start. Sends copy from the caller's buffer (zmq_send, like ez_publish); receives
- * are zero-copy (zmq_msg_recv, like ez_recv), closed after use. One ZeroMQ context per process
- * with its default single I/O thread.
+ * before the start. In fan-in every source binds an XPUB of its own (.t0.s<k>: two cannot bind one
+ * address) and the sink's SUB connects to each. Sends copy from the caller's buffer (zmq_send, like
+ * ez_publish); receives are zero-copy (zmq_msg_recv, like ez_recv), closed after use. One ZeroMQ
+ * context per process with its default single I/O thread.
  *
  *   ez_bench_zmq_rate [--mode rate|pipeline] [--rate HZ] [--size B] [--duration S] [--warmup S]
  *                     [--stages N] [--sinks N] [--work PASSES] [--null] [--syscalls] */
@@ -39,6 +40,11 @@ static void tp_coord_stop(void) {
     snprintf(path, sizeof path, "%s.t%u", ipc_base + 6, k);
     unlink(path);
   }
+  for (unsigned k = 0; ipc_base[0] && O.fanin && k < O.sources; k++) {
+    char path[160];
+    snprintf(path, sizeof path, "%s.t0.s%u", ipc_base + 6, k);
+    unlink(path);
+  }
 }
 
 static int zfail(char *err, size_t errcap, const char *what) {
@@ -66,7 +72,10 @@ static int tp_open(const rb_node *nd, const char *where, rb_ep **out, char *err,
     set_opts(e.pub);
     zmq_setsockopt(e.pub, ZMQ_XPUB_NODROP, &one, sizeof one);
     zmq_setsockopt(e.pub, ZMQ_XPUB_VERBOSE, &one, sizeof one);
-    snprintf(ep, sizeof ep, "%s.t%d", where, nd->out);
+    if (O.fanin)
+      snprintf(ep, sizeof ep, "%s.t%d.s%u", where, nd->out, nd->idx);
+    else
+      snprintf(ep, sizeof ep, "%s.t%d", where, nd->out);
     if (zmq_bind(e.pub, ep)) return zfail(err, errcap, "bind");
   }
   if (nd->in >= 0) {
@@ -74,8 +83,13 @@ static int tp_open(const rb_node *nd, const char *where, rb_ep **out, char *err,
     if (!e.sub) return zfail(err, errcap, "SUB socket");
     set_opts(e.sub);
     zmq_setsockopt(e.sub, ZMQ_SUBSCRIBE, "", 0);
-    snprintf(ep, sizeof ep, "%s.t%d", where, nd->in);
-    if (zmq_connect(e.sub, ep)) return zfail(err, errcap, "connect");
+    for (unsigned k = 0; k < (O.fanin ? O.sources : 1); k++) {
+      if (O.fanin)
+        snprintf(ep, sizeof ep, "%s.t%d.s%u", where, nd->in, k);
+      else
+        snprintf(ep, sizeof ep, "%s.t%d", where, nd->in);
+      if (zmq_connect(e.sub, ep)) return zfail(err, errcap, "connect");
+    }
   }
   *out = &e;
   return 0;
