@@ -5,7 +5,14 @@
  * (release). The handler counts itself in `g_active` (sequentially consistent) before it reads
  * any base, and ezi_guard_del clears the base and then waits for `g_active` to reach zero before
  * it returns: so no handler can map over an address range after its owner unmapped it (and
- * the range may hold something else). Handlers run only after a fault, so that wait is rare. */
+ * the range may hold something else). Handlers run only after a fault, so that wait is rare.
+ *
+ * A handler the application installs later replaces ours; each new mapping puts ours back in
+ * front (one sigaction call per mapping), handing what is not ours to that handler. The handler
+ * to hand on to is one of two saved ones, switched by an index, and the one not in use is
+ * rewritten only once no handler runs. A handler that hands a fault back to the one it replaced
+ * (ours) would send it around forever: such a return (the same siginfo, deeper on the same stack)
+ * gets the default action instead. */
 #include "base/shmguard.h"
 #include "base/internal.h"
 
@@ -30,22 +37,52 @@ static size_t g_hi;        /* entries [0, g_hi) may be in use */
 static unsigned g_active;  /* handlers running */
 static uint64_t g_repairs; /* faults repaired */
 static uintptr_t g_page;
-static struct sigaction g_old;
+static struct sigaction g_olds[2]; /* the handler we replaced: g_olds[g_cur] */
+static unsigned g_cur;             /* atomic */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* installers */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+/* The fault being handed on, and how deep on the stack (atomic; a hint, see chain). */
+static void *g_chain_si;
+static uintptr_t g_chain_sp;
 
-/* Hands a SIGBUS that is not ours to whoever had it before us. */
+static void on_sigbus(int sig, siginfo_t *si, void *uc);
+
+static void default_action(void) { /* the access is repeated on return, and kills the process */
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(SIGBUS, &dfl, NULL);
+}
+
+/* Hands a SIGBUS that is not ours to whoever had it before us. The handler called may not return
+ * (siglongjmp): nothing here waits for it to. */
 static void chain(int sig, siginfo_t *si, void *uc) {
-  if ((g_old.sa_flags & SA_SIGINFO) && g_old.sa_sigaction) {
-    g_old.sa_sigaction(sig, si, uc);
-  } else if (g_old.sa_handler != SIG_DFL && g_old.sa_handler != SIG_IGN) {
-    g_old.sa_handler(sig);
-  } else { /* the default action: the access is repeated on return, and kills the process */
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    sigaction(SIGBUS, &dfl, NULL);
+  volatile char mark = 0;
+  uintptr_t sp = (uintptr_t)&mark;
+  /* Handed back to us by the handler we handed it to: this frame is below (deeper than) the one
+   * that handed it on, for the same siginfo. (A stale record, after a handler jumped out, names a
+   * frame this one is not below: a new delivery starts above where the old one chained.) */
+  if (__atomic_load_n(&g_chain_si, SEQ) == si) {
+    uintptr_t up = __atomic_load_n(&g_chain_sp, SEQ);
+    if (sp < up && up - sp < ((uintptr_t)1 << 20)) {
+      default_action();
+      return;
+    }
   }
+  /* Copied while counted in g_active, which an installer waits out before it rewrites a slot. */
+  __atomic_add_fetch(&g_active, 1, SEQ);
+  struct sigaction old = g_olds[__atomic_load_n(&g_cur, SEQ) & 1];
+  __atomic_sub_fetch(&g_active, 1, SEQ);
+  __atomic_store_n(&g_chain_sp, sp, SEQ);
+  __atomic_store_n(&g_chain_si, si, SEQ);
+  if ((old.sa_flags & SA_SIGINFO) && old.sa_sigaction && old.sa_sigaction != on_sigbus)
+    old.sa_sigaction(sig, si, uc);
+  else if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN)
+    old.sa_handler(sig);
+  else
+    default_action();
+  __atomic_store_n(&g_chain_si, NULL, SEQ);
 }
 
 static void on_sigbus(int sig, siginfo_t *si, void *uc) {
@@ -71,24 +108,43 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
       break; /* the address is this mapping's: if it cannot be repaired, nobody else's */
     }
   }
-  if (!fixed) chain(sig, si, uc);
+  /* Done with the table before handing on: the handler called may never return. */
   __atomic_sub_fetch(&g_active, 1, SEQ);
+  if (!fixed) chain(sig, si, uc);
 }
 
-static void install(void) {
+static void set_page(void) {
   long pg = sysconf(_SC_PAGESIZE);
   g_page = pg > 0 ? (uintptr_t)pg : 4096;
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = on_sigbus;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
-  sigemptyset(&sa.sa_mask);
-  if (sigaction(SIGBUS, &sa, &g_old))
-    EZI_WARN("cannot install the SIGBUS handler for shared memory");
+}
+
+/* Puts our handler in front of SIGBUS unless it is there already, keeping the one it replaces to
+ * hand other faults to. */
+static void install(void) {
+  pthread_once(&g_once, set_page);
+  pthread_mutex_lock(&g_mu);
+  struct sigaction cur;
+  bool ours = !sigaction(SIGBUS, NULL, &cur) && (cur.sa_flags & SA_SIGINFO) &&
+              cur.sa_sigaction == on_sigbus;
+  if (!ours) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    unsigned next = (__atomic_load_n(&g_cur, __ATOMIC_RELAXED) + 1) & 1;
+    while (__atomic_load_n(&g_active, SEQ)) /* nobody may be reading g_olds[next] (see above) */
+      sched_yield();
+    if (sigaction(SIGBUS, &sa, &g_olds[next]))
+      EZI_WARN("cannot install the SIGBUS handler for shared memory");
+    else
+      __atomic_store_n(&g_cur, next, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&g_mu);
 }
 
 int ezi_guard_add(void *base, size_t size, uint32_t *tripped) {
-  pthread_once(&g_once, install);
+  install();
   for (size_t i = 0; i < EZI_GUARD_MAX; i++) {
     uintptr_t zero = 0;
     if (!__atomic_compare_exchange_n(&g_tab[i].base, &zero, 1, false, SEQ, __ATOMIC_RELAXED))

@@ -12,7 +12,8 @@
  * costs nothing while no fault happens: no system call and no lock on the message path (see
  * docs/architecture.md, "Hostile peers"). A SIGBUS anywhere else goes to the handler that was
  * installed before ours (or the default action: the process dies as before). An application
- * that installs its own SIGBUS handler afterwards replaces ours. */
+ * that installs its own SIGBUS handler afterwards replaces ours until the next mapping, which
+ * puts ours back in front of it (handing it every other SIGBUS). */
 #ifndef EZI_SHMGUARD_H
 #define EZI_SHMGUARD_H
 
