@@ -24,20 +24,22 @@
 #define PAGES 4
 
 typedef struct mapping {
-  char name[64];
+  char name[64]; /* (removed once open) */
   int fd;
   volatile uint8_t *base;
   size_t size;
   uint32_t tripped;
 } mapping;
 
-/* A shared file of PAGES pages in /dev/shm, mapped; guarded unless `guard` is false. */
+/* A shared file of PAGES pages in /dev/shm (its name removed at once), mapped; guarded unless
+ * `guard` is false. */
 static void map_file(mapping *m, const char *tag, bool guard) {
   static int seq;
   snprintf(m->name, sizeof m->name, "/ez-test-guard-%d-%s-%d", (int)getpid(), tag, seq++);
   m->size = (size_t)PAGES * (size_t)sysconf(_SC_PAGESIZE);
   m->fd = shm_open(m->name, O_RDWR | O_CREAT | O_EXCL, 0600);
   assert_true(m->fd >= 0);
+  shm_unlink(m->name); /* the fd and the mapping keep it: nothing is left behind, whatever fails */
   assert_int_equal(ftruncate(m->fd, (off_t)m->size), 0);
   void *p = mmap(NULL, m->size, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0);
   assert_true(p != MAP_FAILED);
@@ -51,7 +53,6 @@ static void unmap_file(mapping *m) {
   ezi_guard_del((void *)m->base);
   munmap((void *)m->base, m->size);
   close(m->fd);
-  shm_unlink(m->name);
 }
 
 /* The application's handler: counts, and jumps back out of the fault. */
@@ -142,9 +143,6 @@ static void test_handed_back(void **state) {
     if (sigaction(SIGBUS, &h, &g_replaced)) _exit(3);
     map_file(&b, "b", true); /* the guard in front again, handing on to handing_back */
     map_file(&c, "c", false);
-    shm_unlink(a.name);
-    shm_unlink(b.name);
-    shm_unlink(c.name);
     if (ftruncate(c.fd, 0)) _exit(4);
     (void)c.base[0]; /* nobody's: it must end the process by SIGBUS */
     _exit(0);
