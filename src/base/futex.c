@@ -25,7 +25,7 @@ int ezi_futex_wait(uint32_t *word, uint32_t expect, uint64_t deadline) {
 }
 
 /* Set once futex_waitv was found missing (ENOSYS: a kernel before 5.16, or a tool such as an
- * emulator that does not know the call). */
+ * emulator that does not know the call) or refused (EPERM: a seccomp filter). */
 static int waitv_missing;
 
 int ezi_futex_waitv(uint32_t *const *words, const uint32_t *expect, size_t n, uint64_t deadline) {
@@ -46,7 +46,10 @@ int ezi_futex_waitv(uint32_t *const *words, const uint32_t *expect, size_t n, ui
   long rc = syscall(SYS_futex_waitv, w, (unsigned)n, 0u, tp, CLOCK_MONOTONIC);
   if (rc >= 0 || errno == EAGAIN || errno == EINTR) return 0;
   if (errno == ETIMEDOUT) return EZ_ETIMEDOUT;
-  if (errno != ENOSYS) return EZ_ESYS;
+  /* Not there, or refused by a system-call filter that does not know it (EPERM); EINVAL from a
+   * kernel that knows the call but not what we ask. Only an unmapped word (EFAULT) is the
+   * words' own failure. */
+  if (errno != ENOSYS && errno != EPERM && errno != EINVAL) return EZ_ESYS;
   __atomic_store_n(&waitv_missing, 1, __ATOMIC_RELAXED);
 #else
   (void)words;

@@ -23,8 +23,9 @@ int ezi_futex_wait(uint32_t *word, uint32_t expect, uint64_t deadline);
 
 /* Sleeps, as ezi_futex_wait, while every words[i] == expect[i] (n of them, 1 <= n <=
  * EZI_FUTEX_WAITV_MAX), until one is woken or the deadline: Linux's futex_waitv (5.16 on).
- * Returns as ezi_futex_wait, and EZ_ENOTSUP if the kernel does not have the call (the caller
- * then sleeps another way; every later call says the same at once). Any thread. */
+ * Returns as ezi_futex_wait (EZ_ESYS: a word is not mapped), and EZ_ENOTSUP if the kernel does
+ * not have the call or a filter refuses it (the caller then sleeps another way; every later call
+ * says the same at once). Any thread. */
 int ezi_futex_waitv(uint32_t *const *words, const uint32_t *expect, size_t n, uint64_t deadline);
 
 /* Adds one to *word (sequentially consistent) and wakes every thread sleeping on it, in any

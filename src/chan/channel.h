@@ -134,6 +134,8 @@ struct chan {
                   * (set by a puller under pull_mu; read by the I/O thread and pullers) */
   ezi_ring ring;
   pthread_mutex_t pull_mu; /* ring mode: members (lsubs) and pulling */
+  uint32_t pull_missed;    /* atomic: a receiver found pull_mu taken and could not pull: whoever
+                            * holds it pulls once it unlocks (ringchan.c ezi_ringchan_unlock) */
   struct {
     uint32_t gen;
     ezi_seg *seg;

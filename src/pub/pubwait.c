@@ -280,13 +280,14 @@ static int word_sleep(ez_pub *p, pub_chan *pc, uint32_t idx, uint64_t deadline) 
     rc = ezi_futex_wait(&h->pub_word, val, slice < deadline ? slice : deadline);
     pthread_mutex_lock(&p->mu);
     p->sleep_word = NULL;
-    p->sleep_pc = NULL; /* (the ring may go now) */
-    if (rc == EZ_ESYS || (rc == EZ_ETIMEDOUT && ezi_now_ns() < deadline)) rc = 0;
+    p->sleep_pc = NULL;       /* (the ring may go now) */
+    bool bad = rc == EZ_ESYS; /* (an unmapped word: this ring's channel wakes it no more) */
+    if (bad || (rc == EZ_ETIMEDOUT && ezi_now_ns() < deadline)) rc = 0;
     if (pc->orphan) { /* its channel closed meanwhile and left it to this thread */
       chan_free(pc);
       return rc;
     }
-    if (rc == EZ_ESYS) pc->word_bad = true;
+    if (bad) pc->word_bad = true;
     __atomic_store_n(&h->pub_sleep, 0, __ATOMIC_SEQ_CST);
   } else {
     __atomic_store_n(&h->pub_sleep, 0, __ATOMIC_SEQ_CST);

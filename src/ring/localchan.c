@@ -96,11 +96,19 @@ int ezi_lchan_add(ezi_lring *r, chan_sub *cs) {
 /* The lock that orders membership changes against puts (ezi_lring_ops). I/O thread. */
 static pthread_mutex_t *memb_mu(ezi_lring *r) { return r->ops->memb_mu(r); }
 
+static void memb_unlock(ezi_lring *r, pthread_mutex_t *mu) {
+  if (!mu) return;
+  if (r->ops->memb_unlock)
+    r->ops->memb_unlock(r);
+  else
+    pthread_mutex_unlock(mu);
+}
+
 int ezi_lchan_join(ezi_lring *r, chan_sub *cs) {
   pthread_mutex_t *mu = memb_mu(r);
   if (mu) pthread_mutex_lock(mu);
   int rc = ezi_lchan_add(r, cs);
-  if (mu) pthread_mutex_unlock(mu);
+  memb_unlock(r, mu);
   return rc;
 }
 
@@ -215,7 +223,7 @@ int ezi_lchan_sleep(ezi_lrecv *s, ezi_lwords *w, uint64_t deadline) {
   pthread_mutex_lock(s->mu);
   __atomic_store_n(&s->sleep_word, NULL, __ATOMIC_RELAXED);
   if (rc == EZ_ENOTSUP) __atomic_store_n(&multi_words_off, 1, __ATOMIC_RELAXED);
-  bool bad = rc == EZ_ESYS; /* an unmapped word (which one is not told) */
+  bool bad = rc == EZ_ESYS; /* an unmapped word: which one, each word's own wait tells */
   if (rc == EZ_ESYS || rc == EZ_ENOTSUP || (rc == EZ_ETIMEDOUT && ezi_now_ns() < deadline))
     rc = 0; /* it looks again (only the slice passed, or it waits its own way from now on) */
   /* One by one: a membership still marked asleep is freed by nobody while the lock is dropped
@@ -223,7 +231,10 @@ int ezi_lchan_sleep(ezi_lrecv *s, ezi_lwords *w, uint64_t deadline) {
   for (size_t i = 0; i < w->n; i++) {
     chan_sub *cs = w->cs[i];
     cs->sleeping = false;
-    if (bad) cs->no_word = true;
+    /* (a wait for a value the word does not hold returns at once, unless it cannot be read) */
+    if (bad && (w->n == 1 ||
+                ezi_futex_wait(w->word[i], w->val[i] + 1, ezi_now_ns() + 1000000u) == EZ_ESYS))
+      cs->no_word = true;
     if (done_with(s, cs)) { /* it left meanwhile, and waited for this thread to let go */
       pthread_mutex_unlock(s->mu);
       cs->done(cs);
@@ -433,7 +444,7 @@ void ezi_lchan_trim_members(ezi_lring *r) {
   for (size_t i = 0; i < r->n_lsubs && n < 64; i++)
     if (r->lsubs[i]->rv->max_queue) v[n++] = r->lsubs[i];
   if (n && r->ops->arm) r->ops->arm(r);
-  if (mu) pthread_mutex_unlock(mu);
+  memb_unlock(r, mu);
   for (size_t i = 0; i < n; i++) { /* (members join and leave on this thread only) */
     ezi_ldrops d = {0};
     pthread_mutex_lock(v[i]->rv->mu);
@@ -493,7 +504,7 @@ void ezi_lchan_leave(chan_sub *cs, bool release_viewed) {
       break;
     }
   uint64_t end = __atomic_load_n(&r->published, __ATOMIC_RELAXED);
-  if (mu) pthread_mutex_unlock(mu);
+  memb_unlock(r, mu);
   pthread_mutex_lock(s->mu);
   if (!drain) unlist(s, cs);
   uint64_t from = cs->next, stop = cs->end < end ? cs->end : end; /* end 0: never a member */

@@ -40,6 +40,9 @@ typedef struct ezi_lring_ops {
   /* The lock that orders membership changes against puts, or NULL when nobody puts any more.
    * I/O thread. */
   pthread_mutex_t *(*memb_mu)(ezi_lring *r);
+  /* Optional: unlocks memb_mu (else pthread_mutex_unlock), for a producer that must act on what
+   * happened while it was held. I/O thread, no receiver's lock held. */
+  void (*memb_unlock)(ezi_lring *r);
   /* Optional: a receiver is about to sleep, or a leaky member joined: the producer must tell of
    * its next message (a receiver's lock or the membership lock held). */
   void (*arm)(ezi_lring *r);

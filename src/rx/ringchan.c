@@ -24,7 +24,7 @@ static void resignal_task(void *arg) {
     if (c->rx != &ezi_rx_shm_ring) continue;
     pthread_mutex_lock(&c->pull_mu);
     ezi_lchan_signal_all(&c->lr);
-    pthread_mutex_unlock(&c->pull_mu);
+    ezi_ringchan_unlock(c);
   }
 }
 
@@ -156,10 +156,17 @@ static bool ring_pull(ezi_lring *r, ezi_lrecv *self, bool block) {
   chan *c = r->owner;
   bool any = false;
   for (;;) {
-    if (block)
+    if (block) {
       pthread_mutex_lock(&c->pull_mu);
-    else if (pthread_mutex_trylock(&c->pull_mu))
-      return any; /* someone else pulls: it looks again after unlocking (below) */
+    } else if (pthread_mutex_trylock(&c->pull_mu)) {
+      /* Someone holds it: a puller looks again after unlocking (below), anyone else pulls then
+       * because of this flag (ezi_ringchan_unlock). Tried once more after the flag is set: the
+       * holder may have unlocked, and looked at it, just before. */
+      __atomic_store_n(&c->pull_missed, 1, SEQ);
+      if (pthread_mutex_trylock(&c->pull_mu)) return any;
+    }
+    if (__atomic_load_n(&c->pull_missed, SEQ)) /* this pull brings what was missed */
+      __atomic_store_n(&c->pull_missed, 0, SEQ);
     bool stuck = false;
     any |= pull_locked(c, self, &stuck);
     pthread_mutex_unlock(&c->pull_mu);
@@ -172,6 +179,11 @@ static bool ring_pull(ezi_lring *r, ezi_lrecv *self, bool block) {
   }
 }
 
+void ezi_ringchan_unlock(chan *c) {
+  pthread_mutex_unlock(&c->pull_mu);
+  if (__atomic_load_n(&c->pull_missed, SEQ) && !ring_bad(c)) ring_pull(&c->lr, NULL, true);
+}
+
 /* The publisher's segment for message msg_id is now c->seg. */
 static void ring_seg(chan *c, uint64_t msg_id) {
   pthread_mutex_lock(&c->pull_mu);
@@ -179,7 +191,7 @@ static void ring_seg(chan *c, uint64_t msg_id) {
   uint64_t eid = __atomic_load_n(&e->msg_id, __ATOMIC_RELAXED);
   uint32_t gen = __atomic_load_n(&e->gen, __ATOMIC_RELAXED);
   if (eid == msg_id && c->seg) gseg_add(c, gen, c->seg);
-  pthread_mutex_unlock(&c->pull_mu);
+  pthread_mutex_unlock(&c->pull_mu); /* (its caller pulls next) */
 }
 
 int ezi_ringchan_start(chan *c, const char *name, size_t n, uint64_t start_id) {
@@ -208,19 +220,25 @@ static void ring_free(chan *c) {
 
 static void ring_arm(ezi_lring *r);
 
-/* Asks the publisher again for a frame at its next put if a member waits for one, and pulls what
- * came meanwhile (I/O thread). A member asleep on the ring's word does not: a put that consumed
- * its request woke the word too. */
+/* Asks the publisher again, at its next put, for what the members that wait asked for, and pulls
+ * what came meanwhile (I/O thread): a frame for one that waits by frame, the word for one asleep
+ * on the word (a publisher of ours that took its request with a put woke the word too, but an
+ * older one answers any request with a frame, this one, which wakes nobody). */
 static void ring_rearm(chan *c) {
-  bool waits = false;
+  bool frames = false, words = false;
   pthread_mutex_lock(&c->pull_mu); /* (the membership lock) */
   for (size_t i = 0; i < c->lr.n_lsubs; i++) {
     const ezi_lrecv *rv = c->lr.lsubs[i]->rv;
-    waits |= __atomic_load_n(&rv->want_signal, SEQ) != 0 && !ezi_lchan_word_sleeper(rv);
+    if (!__atomic_load_n(&rv->want_signal, SEQ)) continue;
+    if (ezi_lchan_word_sleeper(rv))
+      words = true;
+    else
+      frames = true;
   }
   pthread_mutex_unlock(&c->pull_mu);
-  if (!waits) return;
-  ring_arm(&c->lr);
+  if (!frames && !words) return;
+  if (words) __atomic_fetch_or(&c->ring.h->rx_sleep, EZI_RING_WANT_WORD, SEQ);
+  if (frames) ring_arm(&c->lr);
   ring_pull(&c->lr, NULL, true); /* (its puts signal the members that wait) */
 }
 
@@ -243,6 +261,7 @@ static long ring_frame(chan *c, const ezi_tx_frame *f, uint64_t now) {
 }
 
 static pthread_mutex_t *ring_memb_mu(ezi_lring *r) { return &((chan *)r->owner)->pull_mu; }
+static void ring_memb_unlock(ezi_lring *r) { ezi_ringchan_unlock(r->owner); }
 
 /* A receiver goes to sleep, or a leaky member joined: the publisher is asked to send a TX_SHM for
  * its next message. */
@@ -256,8 +275,12 @@ static uint32_t *ring_arm_word(ezi_lring *r, uint32_t *val) {
   chan *c = r->owner;
   if (!c->ctx->ring_wake || ring_bad(c) || ezi_guard_tripped(&c->ring.tripped)) return NULL;
   ezi_ring_hdr *h = c->ring.h;
-  __atomic_fetch_or(&h->rx_sleep, EZI_RING_WANT_WORD, SEQ);
+  /* The word first, then the request: a put that takes this request bumps the word after *val
+   * was read. (The other way round, a late put, of a message the receiver took already, could
+   * take the new request and bump the word in between: the sleep would start from the bumped
+   * value with no request left.) */
   *val = __atomic_load_n(&h->rx_word, SEQ);
+  __atomic_fetch_or(&h->rx_sleep, EZI_RING_WANT_WORD, SEQ);
   return &h->rx_word;
 }
 
@@ -265,6 +288,7 @@ static const ezi_lring_ops ring_producer = {
     .freed = ring_freed,
     .wake = ring_wake,
     .memb_mu = ring_memb_mu,
+    .memb_unlock = ring_memb_unlock,
     .arm = ring_arm,
     .arm_word = ring_arm_word,
     .pull = ring_pull,

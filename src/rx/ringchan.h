@@ -13,4 +13,9 @@ extern const ezi_rx_mode ezi_rx_shm_ring;
  * EZ_ENOMEM...). I/O thread. */
 int ezi_ringchan_start(chan *c, const char *name, size_t n, uint64_t start_id);
 
+/* Unlocks c->pull_mu, taken for anything but a pull (its members, its segments), and pulls if a
+ * receiver found it taken meanwhile (pull_missed): such a receiver, woken on the ring's word,
+ * went back to sleep counting on the holder. Any thread that may pull (no receiver's lock held). */
+void ezi_ringchan_unlock(chan *c);
+
 #endif
