@@ -346,18 +346,21 @@ static void receiver_start(receiver *r, ez_sub *s, int timeout_ms) {
   assert_int_equal(pthread_create(&r->th, NULL, receiver_main, r), 0);
 }
 
-/* Whether thread tid of this process sleeps in a futex wait on a word shared between processes
- * (FUTEX_WAIT_BITSET, 9: a condition variable's wait is private, 0x89 or 0x189). */
-static bool in_shared_futex_wait(int tid) {
+/* Whether thread tid of this process is in system call want_nr with want_a1 as its second
+ * argument; in a futex wait on a word shared between processes (FUTEX_WAIT_BITSET, 9: a
+ * condition variable's wait is private, 0x89 or 0x189). */
+static bool in_syscall(int tid, unsigned long want_nr, unsigned long want_a1) {
   char path[64], line[256] = "";
   snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
   FILE *f = fopen(path, "r");
   if (!f) return false;
   bool ok = fgets(line, sizeof line, f) != NULL;
   fclose(f);
-  unsigned long nr = 0, a0 = 0, op = 0;
-  return ok && sscanf(line, "%lu %lx %lx", &nr, &a0, &op) == 3 && nr == SYS_futex && op == 9;
+  unsigned long nr = 0, a0 = 0, a1 = 0;
+  return ok && sscanf(line, "%lu %lx %lx", &nr, &a0, &a1) == 3 && nr == want_nr && a1 == want_a1;
 }
+
+static bool in_shared_futex_wait(int tid) { return in_syscall(tid, SYS_futex, 9); }
 
 /* Waits until the thread whose id will be stored in *tidp sleeps on a ring's word. */
 static void sleeps_on_word(const int *tidp) {
@@ -569,13 +572,18 @@ static void test_rearm_word_old_publisher(void **state) {
 
 static void nothing(void *arg) { (void)arg; }
 
-/* The shared-ring channel of ctx (one). */
-static chan *ring_chan(ez_context *ctx) {
+/* The shared-ring channel of ctx (one), or NULL. */
+static chan *find_ring_chan(ez_context *ctx) {
   chan *c = NULL;
   pthread_mutex_lock(&ctx->mu);
   for (size_t i = 0; i < ctx->n_chans; i++)
     if (ctx->chans[i]->rx->shared_ring) c = ctx->chans[i];
   pthread_mutex_unlock(&ctx->mu);
+  return c;
+}
+
+static chan *ring_chan(ez_context *ctx) {
+  chan *c = find_ring_chan(ctx);
   assert_non_null(c);
   return c;
 }
@@ -663,17 +671,7 @@ static void test_word_spurious_and_link_end(void **state) {
 }
 
 /* Whether thread tid of this process sleeps in futex_waitv on n words. */
-static bool in_futex_waitv(int tid, unsigned long n) {
-  char path[64], line[256] = "";
-  snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
-  FILE *f = fopen(path, "r");
-  if (!f) return false;
-  bool ok = fgets(line, sizeof line, f) != NULL;
-  fclose(f);
-  unsigned long nr = 0, a0 = 0, count = 0;
-  return ok && sscanf(line, "%lu %lx %lx", &nr, &a0, &count) == 3 && nr == SYS_futex_waitv &&
-         count == n;
-}
+static bool in_futex_waitv(int tid, unsigned long n) { return in_syscall(tid, SYS_futex_waitv, n); }
 
 /* ezi_futex_waitv: a word that no longer holds what the caller read returns at once, words that
  * do sleep until the deadline, and a bad call or an unmapped word is an error, not a sleep. */
@@ -754,12 +752,8 @@ static void test_word_fan_in(void **state) {
 
 /* The ring header of ctx's one shared-ring channel (chan/channel.h), or NULL. */
 static ezi_ring_hdr *ring_of(ez_context *ctx) {
-  ezi_ring_hdr *h = NULL;
-  pthread_mutex_lock(&ctx->mu);
-  for (size_t i = 0; i < ctx->n_chans; i++)
-    if (ctx->chans[i]->rx->shared_ring) h = ctx->chans[i]->ring.h;
-  pthread_mutex_unlock(&ctx->mu);
-  return h;
+  chan *c = find_ring_chan(ctx);
+  return c ? c->ring.h : NULL;
 }
 
 /* A real publisher (another context: a ring between them, as between processes) and a receiver

@@ -9,14 +9,20 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The absolute timeout for a deadline (NULL: none), in *ts; false if it passed already. */
+static bool abs_timeout(uint64_t deadline, struct timespec *ts, struct timespec **tp) {
+  *tp = NULL;
+  if (deadline == UINT64_MAX) return true;
+  if (ezi_now_ns() >= deadline) return false;
+  ts->tv_sec = (time_t)(deadline / 1000000000u);
+  ts->tv_nsec = (long)(deadline % 1000000000u);
+  *tp = ts;
+  return true;
+}
+
 int ezi_futex_wait(uint32_t *word, uint32_t expect, uint64_t deadline) {
-  struct timespec ts, *tp = NULL;
-  if (deadline != UINT64_MAX) {
-    if (ezi_now_ns() >= deadline) return EZ_ETIMEDOUT;
-    ts.tv_sec = (time_t)(deadline / 1000000000u);
-    ts.tv_nsec = (long)(deadline % 1000000000u);
-    tp = &ts;
-  }
+  struct timespec ts, *tp;
+  if (!abs_timeout(deadline, &ts, &tp)) return EZ_ETIMEDOUT;
   /* FUTEX_WAIT_BITSET takes an absolute time on CLOCK_MONOTONIC (the clock of ezi_deadline). */
   long rc = syscall(SYS_futex, word, FUTEX_WAIT_BITSET, expect, tp, NULL, FUTEX_BITSET_MATCH_ANY);
   if (rc == 0 || errno == EAGAIN || errno == EINTR) return 0;
@@ -32,13 +38,8 @@ int ezi_futex_waitv(uint32_t *const *words, const uint32_t *expect, size_t n, ui
 #ifdef SYS_futex_waitv
   if (!n || n > EZI_FUTEX_WAITV_MAX) return EZ_ESYS;
   if (__atomic_load_n(&waitv_missing, __ATOMIC_RELAXED)) return EZ_ENOTSUP;
-  struct timespec ts, *tp = NULL;
-  if (deadline != UINT64_MAX) {
-    if (ezi_now_ns() >= deadline) return EZ_ETIMEDOUT;
-    ts.tv_sec = (time_t)(deadline / 1000000000u);
-    ts.tv_nsec = (long)(deadline % 1000000000u);
-    tp = &ts;
-  }
+  struct timespec ts, *tp;
+  if (!abs_timeout(deadline, &ts, &tp)) return EZ_ETIMEDOUT;
   struct futex_waitv w[EZI_FUTEX_WAITV_MAX];
   for (size_t i = 0; i < n; i++) /* shared words: no FUTEX_PRIVATE_FLAG */
     w[i] = (struct futex_waitv){.val = expect[i], .uaddr = (uintptr_t)words[i], .flags = FUTEX_32};
