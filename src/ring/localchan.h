@@ -53,11 +53,11 @@ typedef struct ezi_lring_ops {
   /* Optional (with pull): a receiver that pulled could not signal the other members that wait
    * (it holds its own lock, not theirs): asks someone who can. Any thread. */
   void (*resignal)(ezi_lring *r);
-  /* Optional: a receiver whose one source is this ring may sleep on a word of the producer's,
-   * which the producer wakes directly (base/futex.h), instead of on its condition variable. Asks
-   * the producer for that wake-up at its next message and returns the word, with *val its value
-   * now (before the receiver looks again); NULL if the producer cannot (a receiver's lock
-   * held). */
+  /* Optional: a receiver whose sources are all such rings may sleep on their producers' words,
+   * which each producer wakes directly (base/futex.h), instead of on its condition variable.
+   * Reads the word into *val, then asks the producer for that wake-up at its next message (in
+   * that order: a wake-up after the read is never lost), and returns the word; NULL if the
+   * producer cannot (a receiver's lock held). */
   uint32_t *(*arm_word)(ezi_lring *r, uint32_t *val);
   /* The producer puts holding the membership lock and trims leaky members itself as it puts; the
    * others' I/O thread trims after each batch (ezi_lchan_trim_members). */
