@@ -243,8 +243,8 @@ static void test_futex_waitv(void **state) {
 }
 
 /* A receiver of two shared rings (fan-in from two publishers) sleeps on both rings' words at
- * once and asks neither publisher for a frame; a wake-up of either word, with no frame, brings
- * that publisher's message. */
+ * once (and its own) and asks neither publisher for a frame; a wake-up of either word, with no
+ * frame, brings that publisher's message; anything else wakes its own word. */
 static void test_word_fan_in(void **state) {
   (void)state;
   if (!waitv_works()) skip();
@@ -274,9 +274,9 @@ static void test_word_fan_in(void **state) {
     int tid;
     while (!(tid = __atomic_load_n(&r.tid, __ATOMIC_SEQ_CST)) && th_now_ms() < end)
       th_sleep_ms(1);
-    while (!in_futex_waitv(tid, 2) && th_now_ms() < end)
+    while (!in_futex_waitv(tid, 3) && th_now_ms() < end)
       th_sleep_ms(1);
-    assert_true(in_futex_waitv(tid, 2));
+    assert_true(in_futex_waitv(tid, 3)); /* the two rings' words and its own */
     fake_put_silent(p, 1, k ? "one" : "two");
     uint32_t want = __atomic_exchange_n(&p->ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST);
     assert_int_equal(want, EZI_RING_WANT_WORD); /* the word alone: no frame */
@@ -289,6 +289,32 @@ static void test_word_fan_in(void **state) {
     want = __atomic_exchange_n(&other->ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST);
     assert_int_equal(want, EZI_RING_WANT_WORD);
   }
+  /* Anything else wakes it through its own word: here the first publisher goes (its channel
+   * leaves), the receiver wakes and sleeps on the second ring's word alone, and neither ring's
+   * word was touched (no other sleeper of theirs woke for it). */
+  uint32_t w0 = __atomic_load_n(&f[0].ring.h->rx_word, __ATOMIC_SEQ_CST);
+  uint32_t w1 = __atomic_load_n(&f[1].ring.h->rx_word, __ATOMIC_SEQ_CST);
+  receiver r;
+  receiver_start(&r, s, TMO);
+  int64_t end = th_now_ms() + TMO;
+  int tid;
+  while (!(tid = __atomic_load_n(&r.tid, __ATOMIC_SEQ_CST)) && th_now_ms() < end)
+    th_sleep_ms(1);
+  while (!in_futex_waitv(tid, 3) && th_now_ms() < end)
+    th_sleep_ms(1);
+  assert_true(in_futex_waitv(tid, 3));
+  close(f[0].data);
+  f[0].data = -1;
+  sleeps_on_word(&r.tid); /* one ring left: its word alone */
+  assert_int_equal(__atomic_load_n(&f[0].ring.h->rx_word, __ATOMIC_SEQ_CST), w0);
+  assert_int_equal(__atomic_load_n(&f[1].ring.h->rx_word, __ATOMIC_SEQ_CST), w1);
+  fake_put_silent(&f[1], 2, "last");
+  assert_int_equal(__atomic_exchange_n(&f[1].ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST),
+                   EZI_RING_WANT_WORD);
+  assert_int_equal(ezi_futex_wake(&f[1].ring.h->rx_word), 1);
+  pthread_join(r.th, NULL);
+  assert_int_equal(r.rc, 0);
+  assert_string_equal(r.text, "last");
   for (int i = 0; i < 2; i++)
     fake_end(&f[i]);
   ez_sub_destroy(s);

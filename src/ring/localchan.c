@@ -204,7 +204,12 @@ bool ezi_lchan_arm_words(ezi_lrecv *s, ezi_lwords *w) {
     w->word[i] = cs->lr->ops->arm_word(cs->lr, &w->val[i]);
     if (!w->word[i]) return false;
   }
-  w->n = n;
+  w->n = w->n_words = n;
+  if (n > 1) { /* what else wakes this thread wakes its own word (ezi_lchan_wake_word) */
+    w->word[n] = &s->own_word;
+    w->val[n] = __atomic_load_n(&s->own_word, __ATOMIC_SEQ_CST);
+    w->n_words = n + 1;
+  }
   return true;
 }
 
@@ -214,12 +219,12 @@ bool ezi_lchan_arm_words(ezi_lrecv *s, ezi_lwords *w) {
 int ezi_lchan_sleep(ezi_lrecv *s, ezi_lwords *w, uint64_t deadline) {
   for (size_t i = 0; i < w->n; i++)
     w->cs[i]->sleeping = true; /* (cs, its channel and so the word stay: done_with) */
-  __atomic_store_n(&s->sleep_word, w->word[0], __ATOMIC_RELAXED); /* (ezi_lchan_word_sleeper) */
+  __atomic_store_n(&s->sleep_word, w->word[w->n_words - 1], __ATOMIC_RELAXED);
   pthread_mutex_unlock(s->mu);
   uint64_t slice = ezi_now_ns() + WORD_SLICE_NS;
   if (slice > deadline) slice = deadline;
-  int rc = w->n == 1 ? ezi_futex_wait(w->word[0], w->val[0], slice)
-                     : ezi_futex_waitv(w->word, w->val, w->n, slice);
+  int rc = w->n_words == 1 ? ezi_futex_wait(w->word[0], w->val[0], slice)
+                           : ezi_futex_waitv(w->word, w->val, w->n_words, slice);
   pthread_mutex_lock(s->mu);
   __atomic_store_n(&s->sleep_word, NULL, __ATOMIC_RELAXED);
   if (rc == EZ_ENOTSUP) __atomic_store_n(&multi_words_off, 1, __ATOMIC_RELAXED);

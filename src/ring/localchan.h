@@ -114,10 +114,11 @@ struct ezi_lrecv {
   char pad0_[64];       /* producers read want_signal per message: a line of its own */
   uint32_t want_signal; /* atomic: a producer must signal it at its next message */
   char pad1_[64];
-  uint32_t
-      *sleep_word; /* a producer's word its thread sleeps on (the first of them: waking it
-                    * wakes the thread), until the first wake-up of ours; else NULL (atomic: written
-                    * under mu, read by the producer's side in ezi_lchan_word_sleeper) */
+  /* The word whose wake-up wakes its thread asleep on producers' words (ezi_lchan_sleep): the
+   * producer's with one ring, own_word with several; NULL once woken by us, or awake (atomic:
+   * written under mu, read by the producer's side in ezi_lchan_word_sleeper). */
+  uint32_t *sleep_word;
+  uint32_t own_word; /* atomic: this receiver's own word, slept on with several rings' */
 };
 
 /* A membership of a channel: a ring's member, or a member of a channel with slots (chan/notices.c)
@@ -256,13 +257,16 @@ void ezi_lchan_arm(ezi_lrecv *rv);
  * at most a second (a word in a mapping that another process truncated is woken by nobody: the
  * receiver then looks again, and finds the ring broken), or at the deadline (EZ_ETIMEDOUT; else
  * 0). A word that cannot be slept on (unmapped) makes the memberships slept on with it wait their
- * receiver's own way from then on. */
+ * receiver's own way from then on. With several rings the receiver's own word is slept on too, and
+ * what else wakes it (ezi_lchan_wake_word) wakes that word, not a producer's: a ring truncated
+ * under the sleep cannot swallow it, and the producer's other sleepers are not woken for it. */
 #define EZI_LCHAN_WORDS 64
 typedef struct {
-  size_t n;
+  size_t n;       /* memberships: cs[0..n), their words word[0..n) */
+  size_t n_words; /* words slept on: n, or n + 1 (word[n]: the receiver's own) */
   chan_sub *cs[EZI_LCHAN_WORDS];
-  uint32_t *word[EZI_LCHAN_WORDS];
-  uint32_t val[EZI_LCHAN_WORDS];
+  uint32_t *word[EZI_LCHAN_WORDS + 1];
+  uint32_t val[EZI_LCHAN_WORDS + 1];
 } ezi_lwords;
 bool ezi_lchan_arm_words(ezi_lrecv *rv, ezi_lwords *w);
 int ezi_lchan_sleep(ezi_lrecv *rv, ezi_lwords *w, uint64_t deadline);
