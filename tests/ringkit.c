@@ -62,9 +62,9 @@ void fake_frame(fake *f, uint64_t id) {
   rp_wr(f->data, f->seg_name, strlen(f->seg_name));
 }
 
-/* Puts message id (text) in its slot and ring entry, as entry_id, then publishes up to
- * `published` and sends the TX_SHM that names the segment and wakes the channel. */
-void fake_put(fake *f, uint64_t id, uint64_t entry_id, const char *text, uint64_t published) {
+/* Message id (text) in its slot and ring entry, as entry_id; then `published`. */
+static void put_entry(fake *f, uint64_t id, uint64_t entry_id, const char *text,
+                      uint64_t published) {
   uint8_t *slot = ez_shm_buffer(f->seg, id % 4);
   size_t n = strlen(text);
   ezi_marshal_bytes_header(slot, id, n);
@@ -75,6 +75,10 @@ void fake_put(fake *f, uint64_t id, uint64_t entry_id, const char *text, uint64_
   e->gen = 0;
   __atomic_store_n(&e->refs, 1, __ATOMIC_RELAXED);
   __atomic_store_n(&f->ring.h->published, published, __ATOMIC_SEQ_CST);
+}
+
+void fake_put(fake *f, uint64_t id, uint64_t entry_id, const char *text, uint64_t published) {
+  put_entry(f, id, entry_id, text, published);
   fake_frame(f, id);
 }
 
@@ -107,7 +111,7 @@ void receiver_start(receiver *r, ez_sub *s, int timeout_ms) {
 /* Whether thread tid of this process is in system call want_nr with want_a1 as its second
  * argument; in a futex wait on a word shared between processes (FUTEX_WAIT_BITSET, 9: a
  * condition variable's wait is private, 0x89 or 0x189). */
-bool in_syscall(int tid, unsigned long want_nr, unsigned long want_a1) {
+static bool in_syscall(int tid, unsigned long want_nr, unsigned long want_a1) {
   char path[64], line[256] = "";
   snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
   FILE *f = fopen(path, "r");
@@ -118,35 +122,23 @@ bool in_syscall(int tid, unsigned long want_nr, unsigned long want_a1) {
   return ok && sscanf(line, "%lu %lx %lx", &nr, &a0, &a1) == 3 && nr == want_nr && a1 == want_a1;
 }
 
-bool in_shared_futex_wait(int tid) { return in_syscall(tid, SYS_futex, 9); }
-
 /* Waits until the thread whose id will be stored in *tidp sleeps on a ring's word. */
-void sleeps_on_word(const int *tidp) {
+static void waits_in(const int *tidp, unsigned long nr, unsigned long a1) {
   int64_t end = th_now_ms() + TMO;
   int tid;
   while (!(tid = __atomic_load_n(tidp, __ATOMIC_SEQ_CST)) && th_now_ms() < end)
     th_sleep_ms(1);
-  while (!in_shared_futex_wait(tid) && th_now_ms() < end)
+  while (!in_syscall(tid, nr, a1) && th_now_ms() < end)
     th_sleep_ms(1);
-  assert_true(in_shared_futex_wait(tid));
+  assert_true(in_syscall(tid, nr, a1));
 }
+
+void sleeps_on_word(const int *tidp) { waits_in(tidp, SYS_futex, 9); }
+void sleeps_on_words(const int *tidp, unsigned long n) { waits_in(tidp, SYS_futex_waitv, n); }
 
 void receiver_sleeps(receiver *r) { sleeps_on_word(&r->tid); }
 
-/* As fake_put, without the TX_SHM frame: what a publisher of ours does while the channel is awake
- * or asleep on the word. */
-void fake_put_silent(fake *f, uint64_t id, const char *text) {
-  uint8_t *slot = ez_shm_buffer(f->seg, id % 4);
-  size_t n = strlen(text);
-  ezi_marshal_bytes_header(slot, id, n);
-  memcpy(slot + EZI_MARSHAL_BYTES_HDR, text, n);
-  ezi_ring_entry *e = &f->ring.e[id % 4];
-  e->msg_id = id;
-  e->t0 = mono_ns();
-  e->gen = 0;
-  __atomic_store_n(&e->refs, 1, __ATOMIC_RELAXED);
-  __atomic_store_n(&f->ring.h->published, id + 1, __ATOMIC_SEQ_CST);
-}
+void fake_put_silent(fake *f, uint64_t id, const char *text) { put_entry(f, id, id, text, id + 1); }
 
 /* A subscriber here and a hand-made publisher whose first message (with its TX_SHM, which names
  * the segment) was taken. */
@@ -215,9 +207,6 @@ chan *ring_chan(ez_context *ctx) {
   assert_non_null(c);
   return c;
 }
-
-/* Whether thread tid of this process sleeps in futex_waitv on n words. */
-bool in_futex_waitv(int tid, unsigned long n) { return in_syscall(tid, SYS_futex_waitv, n); }
 
 /* Whether this kernel has futex_waitv (5.16 on), and no filter refuses it: else the tests of
  * several words skip (the receivers then sleep the frame way, as test_word_woken_by_frame). */

@@ -49,12 +49,11 @@ typedef struct receiver {
 } receiver;
 
 void receiver_start(receiver *r, ez_sub *s, int timeout_ms);
-/* Whether thread tid of this process is in a futex wait on a word shared between processes
- * (FUTEX_WAIT_BITSET; a condition variable's wait is private), or in futex_waitv on n words. */
-bool in_shared_futex_wait(int tid);
-bool in_futex_waitv(int tid, unsigned long n);
-/* Waits until the thread whose id will be stored in *tidp sleeps on a ring's word. */
+/* Waits until the thread whose id will be stored in *tidp sleeps on a ring's word (a futex wait
+ * on a word shared between processes, FUTEX_WAIT_BITSET: a condition variable's wait is
+ * private), or in futex_waitv on n words (seen in /proc/self/task/TID/syscall). */
 void sleeps_on_word(const int *tidp);
+void sleeps_on_words(const int *tidp, unsigned long n);
 void receiver_sleeps(receiver *r);
 /* Whether this kernel has futex_waitv (5.16 on), and no filter refuses it. */
 bool waitv_works(void);

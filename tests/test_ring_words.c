@@ -270,13 +270,7 @@ static void test_word_fan_in(void **state) {
     fake *p = &f[1 - k], *other = &f[k]; /* the second ring's message first */
     receiver r;
     receiver_start(&r, s, TMO);
-    int64_t end = th_now_ms() + TMO;
-    int tid;
-    while (!(tid = __atomic_load_n(&r.tid, __ATOMIC_SEQ_CST)) && th_now_ms() < end)
-      th_sleep_ms(1);
-    while (!in_futex_waitv(tid, 3) && th_now_ms() < end)
-      th_sleep_ms(1);
-    assert_true(in_futex_waitv(tid, 3)); /* the two rings' words and its own */
+    sleeps_on_words(&r.tid, 3); /* the two rings' words and its own */
     fake_put_silent(p, 1, k ? "one" : "two");
     uint32_t want = __atomic_exchange_n(&p->ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST);
     assert_int_equal(want, EZI_RING_WANT_WORD); /* the word alone: no frame */
@@ -296,13 +290,7 @@ static void test_word_fan_in(void **state) {
   uint32_t w1 = __atomic_load_n(&f[1].ring.h->rx_word, __ATOMIC_SEQ_CST);
   receiver r;
   receiver_start(&r, s, TMO);
-  int64_t end = th_now_ms() + TMO;
-  int tid;
-  while (!(tid = __atomic_load_n(&r.tid, __ATOMIC_SEQ_CST)) && th_now_ms() < end)
-    th_sleep_ms(1);
-  while (!in_futex_waitv(tid, 3) && th_now_ms() < end)
-    th_sleep_ms(1);
-  assert_true(in_futex_waitv(tid, 3));
+  sleeps_on_words(&r.tid, 3);
   close(f[0].data);
   f[0].data = -1;
   sleeps_on_word(&r.tid); /* one ring left: its word alone */
