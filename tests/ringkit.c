@@ -108,9 +108,11 @@ void receiver_start(receiver *r, ez_sub *s, int timeout_ms) {
   assert_int_equal(pthread_create(&r->th, NULL, receiver_main, r), 0);
 }
 
-/* Whether thread tid of this process is in system call want_nr with want_a1 as its second
- * argument; in a futex wait on a word shared between processes (FUTEX_WAIT_BITSET, 9: a
+/* Whether thread tid of this process is in system call want_nr with want_a1 (or ANY_ARG) as its
+ * second argument; in a futex wait on a word shared between processes (FUTEX_WAIT_BITSET, 9: a
  * condition variable's wait is private, 0x89 or 0x189). */
+#define ANY_ARG (~0ul)
+
 static bool in_syscall(int tid, unsigned long want_nr, unsigned long want_a1) {
   char path[64], line[256] = "";
   snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
@@ -119,7 +121,8 @@ static bool in_syscall(int tid, unsigned long want_nr, unsigned long want_a1) {
   bool ok = fgets(line, sizeof line, f) != NULL;
   fclose(f);
   unsigned long nr = 0, a0 = 0, a1 = 0;
-  return ok && sscanf(line, "%lu %lx %lx", &nr, &a0, &a1) == 3 && nr == want_nr && a1 == want_a1;
+  return ok && sscanf(line, "%lu %lx %lx", &nr, &a0, &a1) == 3 && nr == want_nr &&
+         (a1 == want_a1 || want_a1 == ANY_ARG);
 }
 
 /* Waits until the thread whose id will be stored in *tidp sleeps on a ring's word. */
@@ -132,6 +135,8 @@ static void waits_in(const int *tidp, unsigned long nr, unsigned long a1) {
     th_sleep_ms(1);
   assert_true(in_syscall(tid, nr, a1));
 }
+
+void sleeps_in_futex(const int *tidp) { waits_in(tidp, SYS_futex, ANY_ARG); }
 
 void sleeps_on_word(const int *tidp) { waits_in(tidp, SYS_futex, 9); }
 void sleeps_on_words(const int *tidp, unsigned long n) { waits_in(tidp, SYS_futex_waitv, n); }

@@ -54,6 +54,8 @@ void receiver_start(receiver *r, ez_sub *s, int timeout_ms);
  * private), or in futex_waitv on n words (seen in /proc/self/task/TID/syscall). */
 void sleeps_on_word(const int *tidp);
 void sleeps_on_words(const int *tidp, unsigned long n);
+/* ... or in any futex wait (a shared word, or a condition variable). */
+void sleeps_in_futex(const int *tidp);
 void receiver_sleeps(receiver *r);
 /* Whether this kernel has futex_waitv (5.16 on), and no filter refuses it. */
 bool waitv_works(void);

@@ -3,11 +3,19 @@
  * publisher's frame, by its link's end, and not fooled by a peer that wakes it for nothing; a
  * frame that brings nothing asks again for what the sleeper wants; a receiver that finds the
  * channel's lock taken leaves the pull to the holder; a receiver of several rings sleeps on all
- * their words at once (futex_waitv). Hand-played publishers (tests/ringkit.h). */
+ * their words at once (futex_waitv), or asks for frames where a filter refuses that call.
+ * Hand-played publishers (tests/ringkit.h). */
 #include "ringkit.h"
 
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -245,27 +253,38 @@ static void test_futex_waitv(void **state) {
 /* A receiver of two shared rings (fan-in from two publishers) sleeps on both rings' words at
  * once (and its own) and asks neither publisher for a frame; a wake-up of either word, with no
  * frame, brings that publisher's message; anything else wakes its own word. */
-static void test_word_fan_in(void **state) {
-  (void)state;
-  if (!waitv_works()) skip();
-  const char *topic = "/ring/fanin";
-  ez_context *ctx;
-  ez_sub *s;
-  fake f[2];
-  assert_int_equal(ez_context_open(th_addr, &ctx), 0);
-  assert_int_equal(ez_sub_create(ctx, topic, NULL, &s), 0);
+/* A subscriber here fed by two hand-made publishers, each one's first message taken. */
+static void fanin_setup(ez_context **ctx, ez_sub **s, fake f[2], const char *topic) {
+  assert_int_equal(ez_context_open(th_addr, ctx), 0);
+  assert_int_equal(ez_sub_create(*ctx, topic, NULL, s), 0);
   for (int i = 0; i < 2; i++) {
     fake_start(&f[i], topic);
     fake_put(&f[i], 0, 0, "first", 1);
   }
   for (int i = 0; i < 2; i++) {
     ez_msg m;
-    assert_int_equal(ez_recv(s, &m, TMO), 0);
+    assert_int_equal(ez_recv(*s, &m, TMO), 0);
     assert_int_equal(m.msg_id, 0);
     ez_msg_release(&m);
   }
   for (int i = 0; i < 2; i++) /* (as each publisher's next put takes what was asked) */
     __atomic_store_n(&f[i].ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST);
+}
+
+static void fanin_done(ez_context *ctx, ez_sub *s, fake f[2]) {
+  for (int i = 0; i < 2; i++)
+    fake_end(&f[i]);
+  ez_sub_destroy(s);
+  ez_context_close(ctx);
+}
+
+static void test_word_fan_in(void **state) {
+  (void)state;
+  if (!waitv_works()) skip();
+  ez_context *ctx;
+  ez_sub *s;
+  fake f[2];
+  fanin_setup(&ctx, &s, f, "/ring/fanin");
   for (int k = 0; k < 2; k++) {
     fake *p = &f[1 - k], *other = &f[k]; /* the second ring's message first */
     receiver r;
@@ -293,20 +312,60 @@ static void test_word_fan_in(void **state) {
   sleeps_on_words(&r.tid, 3);
   close(f[0].data);
   f[0].data = -1;
-  sleeps_on_word(&r.tid); /* one ring left: its word alone */
+  /* One ring left (or a membership cut, not yet gone): it sleeps on that ring's word or on its
+   * condition variable, not on the three words. */
+  sleeps_in_futex(&r.tid);
   assert_int_equal(__atomic_load_n(&f[0].ring.h->rx_word, __ATOMIC_SEQ_CST), w0);
   assert_int_equal(__atomic_load_n(&f[1].ring.h->rx_word, __ATOMIC_SEQ_CST), w1);
-  fake_put_silent(&f[1], 2, "last");
-  assert_int_equal(__atomic_exchange_n(&f[1].ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST),
-                   EZI_RING_WANT_WORD);
-  assert_int_equal(ezi_futex_wake(&f[1].ring.h->rx_word), 1);
+  fake_put(&f[1], 2, 2, "last", 3); /* (its frame wakes it either way) */
   pthread_join(r.th, NULL);
   assert_int_equal(r.rc, 0);
   assert_string_equal(r.text, "last");
-  for (int i = 0; i < 2; i++)
-    fake_end(&f[i]);
-  ez_sub_destroy(s);
-  ez_context_close(ctx);
+  fanin_done(ctx, s, f);
+}
+
+/* futex_waitv refused, as a system-call filter that does not know it does (EPERM): a fan-in
+ * receiver asks its publishers for frames instead, and a frame wakes it. In a child process,
+ * whose every thread the filter covers (the refusal is remembered for the whole process). */
+static void test_waitv_refused(void **state) {
+  (void)state;
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    struct sock_filter filt[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_futex_waitv, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {sizeof filt / sizeof filt[0], filt};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+        syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog))
+      _exit(3);
+    ez_context *ctx;
+    ez_sub *s;
+    fake f[2];
+    fanin_setup(&ctx, &s, f, "/ring/refused");
+    receiver r;
+    receiver_start(&r, s, TMO);
+    int64_t end = th_now_ms() + TMO; /* it tried the words, then asked for frames */
+    while (!(__atomic_load_n(&f[1].ring.h->rx_sleep, __ATOMIC_SEQ_CST) & EZI_RING_WANT_FRAME) &&
+           th_now_ms() < end)
+      th_sleep_ms(1);
+    if (!(__atomic_load_n(&f[1].ring.h->rx_sleep, __ATOMIC_SEQ_CST) & EZI_RING_WANT_FRAME))
+      _exit(4);
+    __atomic_store_n(&f[1].ring.h->rx_sleep, 0, __ATOMIC_SEQ_CST);
+    fake_put(&f[1], 1, 1, "framed", 2);
+    pthread_join(r.th, NULL);
+    if (r.rc || strcmp(r.text, "framed")) _exit(5);
+    if (waitv_works()) _exit(6); /* the refusal is remembered */
+    fanin_done(ctx, s, f);
+    _exit(0);
+  }
+  int st = 0;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
 }
 
 int main(void) {
@@ -317,6 +376,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_empty_frame_rearms, th_setup, th_teardown),
       cmocka_unit_test(test_futex_waitv),
       cmocka_unit_test_setup_teardown(test_word_fan_in, th_setup, th_teardown),
+      cmocka_unit_test_setup_teardown(test_waitv_refused, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_empty_frame_word_sleeper, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_rearm_word_old_publisher, th_setup, th_teardown),
       cmocka_unit_test_setup_teardown(test_pull_missed, th_setup, th_teardown),

@@ -216,6 +216,21 @@ bool ezi_lchan_arm_words(ezi_lrecv *s, ezi_lwords *w) {
 /* The longest a receiver sleeps on a producer's word before it looks again (ezi_lchan_sleep). */
 #define WORD_SLICE_NS 1000000000ull
 
+/* A sleep on w's words failed for an unmapped word (the memberships still marked asleep, so their
+ * words stay): the memberships whose own word fails alone wait their receiver's way from now on,
+ * or all of them if none does (rather than try the same sleep again and again). A wait for a value
+ * the word does not hold returns at once, unless the word cannot be read. */
+static void unmapped_words(ezi_lwords *w) {
+  size_t bad = 0;
+  for (size_t i = 0; i < w->n && w->n > 1; i++)
+    if (ezi_futex_wait(w->word[i], w->val[i] + 1, ezi_now_ns() + 1000000u) == EZ_ESYS) {
+      w->cs[i]->no_word = true;
+      bad++;
+    }
+  for (size_t i = 0; i < w->n && !bad; i++)
+    w->cs[i]->no_word = true;
+}
+
 int ezi_lchan_sleep(ezi_lrecv *s, ezi_lwords *w, uint64_t deadline) {
   for (size_t i = 0; i < w->n; i++)
     w->cs[i]->sleeping = true; /* (cs, its channel and so the word stay: done_with) */
@@ -228,7 +243,7 @@ int ezi_lchan_sleep(ezi_lrecv *s, ezi_lwords *w, uint64_t deadline) {
   pthread_mutex_lock(s->mu);
   __atomic_store_n(&s->sleep_word, NULL, __ATOMIC_RELAXED);
   if (rc == EZ_ENOTSUP) __atomic_store_n(&multi_words_off, 1, __ATOMIC_RELAXED);
-  bool bad = rc == EZ_ESYS; /* an unmapped word: which one, each word's own wait tells */
+  if (rc == EZ_ESYS) unmapped_words(w);
   if (rc == EZ_ESYS || rc == EZ_ENOTSUP || (rc == EZ_ETIMEDOUT && ezi_now_ns() < deadline))
     rc = 0; /* it looks again (only the slice passed, or it waits its own way from now on) */
   /* One by one: a membership still marked asleep is freed by nobody while the lock is dropped
@@ -236,10 +251,6 @@ int ezi_lchan_sleep(ezi_lrecv *s, ezi_lwords *w, uint64_t deadline) {
   for (size_t i = 0; i < w->n; i++) {
     chan_sub *cs = w->cs[i];
     cs->sleeping = false;
-    /* (a wait for a value the word does not hold returns at once, unless it cannot be read) */
-    if (bad && (w->n == 1 ||
-                ezi_futex_wait(w->word[i], w->val[i] + 1, ezi_now_ns() + 1000000u) == EZ_ESYS))
-      cs->no_word = true;
     if (done_with(s, cs)) { /* it left meanwhile, and waited for this thread to let go */
       pthread_mutex_unlock(s->mu);
       cs->done(cs);
