@@ -39,6 +39,7 @@ PLOTS=${PLOTS:-bench/plots}
 SPIN0=${SPIN0:-1}
 EZ=$BUILD/ezmsg
 ZF=$BUILD/bench/ez_bench_zmq_fan
+LIM=$BUILD/bench/ez_bench_limits
 [ -x "$EZ" ] || { echo "bench/fan.sh: $EZ is missing" >&2; exit 1; }
 HAVE_ZMQ=1 && [ -x "$ZF" ] || HAVE_ZMQ=0
 export EZMSG_LOG_LEVEL=${EZMSG_LOG_LEVEL:-error}
@@ -60,6 +61,9 @@ T0=$(date +%s)
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 for round in $(seq 1 "$ROUNDS"); do
   echo "bench/fan.sh: round $round of $ROUNDS ($(($(date +%s) - T0)) s so far)" >&2
+  # What the machine takes from a busy CPU over one run's measured time (bench/limits.c): the
+  # floor under every maximum latency below.
+  [ ! -x "$LIM" ] || record "machine/hiccup" "$round" "$LIM" --hiccup --json -d "$DURATION"
   for cfg in $CFGS; do
     for tr in $TRS; do
       for size in $SIZES; do

@@ -13,9 +13,15 @@
  *               with where the host puts the virtual CPUs (sibling threads of one core, or cores
  *               that share no cache), and everything that polls shared memory moves with it:
  *               bench/run.sh records it next to its runs.
+ *   hiccup      (--hiccup only) every CPU busy, one thread pinned to each reading the clock in a
+ *               loop for S seconds: the longest gap any of them saw is the longest time the
+ *               machine (its kernel threads, other jobs, the host) took a busy CPU away. No
+ *               latency measured on a fully loaded machine can have a smaller maximum, whatever
+ *               carries the messages: bench/fan.sh and bench/rate.sh record it each round, next
+ *               to the maxima of their runs.
  *
- *   ez_bench_limits [--duration S] [--json] [--handoff]   (S per measurement, default 0.3;
- *                                                           --handoff: only that, ~20 ms) */
+ *   ez_bench_limits [--duration S] [--json] [--handoff | --hiccup]
+ *       (S per measurement, default 0.3; --handoff: only that, ~20 ms; --hiccup: only that, S) */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
@@ -248,14 +254,77 @@ static void bench_handoff(void) {
   fflush(stdout);
 }
 
+/* ---- hiccup: what the machine takes from a busy CPU ------------------------------------------ */
+
+typedef struct {
+  cpu_set_t *allowed;
+  int k;             /* the CPU (k-th allowed) this thread spins on */
+  uint64_t max_gap;  /* ns */
+  uint64_t over_1ms; /* gaps longer than 1 ms */
+  uint64_t over_0_1ms;
+  bool ran;
+} hiccup_arg;
+
+static void *hiccup_thread(void *arg) {
+  hiccup_arg *h = arg;
+  pin_nth(h->allowed, h->k); /* best effort: unpinned, the spinners still fill the CPUs */
+  uint64_t t0 = now_ns(), stop = t0 + (uint64_t)(g_duration * 1e9), prev = t0;
+  for (uint64_t t = t0; t < stop; prev = t) {
+    t = now_ns();
+    uint64_t gap = t - prev;
+    if (gap > h->max_gap) h->max_gap = gap;
+    h->over_1ms += gap > 1000000u;
+    h->over_0_1ms += gap > 100000u;
+  }
+  return NULL;
+}
+
+static void bench_hiccup(void) {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed)) CPU_ZERO(&allowed);
+  int n = CPU_COUNT(&allowed) > 0 ? CPU_COUNT(&allowed) : 1;
+  hiccup_arg *h = calloc((size_t)n, sizeof *h);
+  pthread_t *th = calloc((size_t)n, sizeof *th);
+  if (!h || !th) {
+    fprintf(stderr, "ez_bench_limits: out of memory\n");
+    exit(1);
+  }
+  for (int i = 0; i < n; i++) {
+    h[i] = (hiccup_arg){.allowed = &allowed, .k = i};
+    h[i].ran = i == 0 || pthread_create(&th[i], NULL, hiccup_thread, &h[i]) == 0;
+  }
+  hiccup_thread(&h[0]); /* this thread spins on the first CPU */
+  int busy = 0;
+  uint64_t max = 0, o1 = 0, o01 = 0;
+  for (int i = 0; i < n; i++) {
+    if (!h[i].ran) continue;
+    if (i > 0) pthread_join(th[i], NULL);
+    busy++;
+    max = h[i].max_gap > max ? h[i].max_gap : max;
+    o1 += h[i].over_1ms;
+    o01 += h[i].over_0_1ms;
+  }
+  if (g_json)
+    printf("{\"impl\": \"machine\", \"config\": \"hiccup\", \"transport\": \"busy-cpus\", "
+           "\"n\": %d, \"size\": 0, \"ok\": true, \"seconds\": %.3f, \"lat_max_us\": %.1f, "
+           "\"gaps_over_1ms\": %llu, \"gaps_over_100us\": %llu, \"error\": null}\n",
+           busy, g_duration, (double)max / 1000.0, (unsigned long long)o1, (unsigned long long)o01);
+  else
+    printf("%-10s %-10s %d CPUs busy %.2f s: longest gap %.3f ms, %llu over 1 ms, %llu over 0.1 "
+           "ms\n",
+           "hiccup", "busy-cpus", busy, g_duration, (double)max / 1e6, (unsigned long long)o1,
+           (unsigned long long)o01);
+  fflush(stdout);
+  free(h);
+  free(th);
+}
+
 int main(int argc, char **argv) {
-  static const struct option lo[] = {{"duration", 1, 0, 'd'},
-                                     {"json", 0, 0, 'j'},
-                                     {"handoff", 0, 0, 'H'},
-                                     {"help", 0, 0, 'h'},
-                                     {0, 0, 0, 0}};
+  static const struct option lo[] = {{"duration", 1, 0, 'd'}, {"json", 0, 0, 'j'},
+                                     {"handoff", 0, 0, 'H'},  {"hiccup", 0, 0, 'C'},
+                                     {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
   int c;
-  bool only_handoff = false;
+  bool only_handoff = false, only_hiccup = false;
   while ((c = getopt_long(argc, argv, "d:jh", lo, NULL)) != -1) {
     if (c == 'd')
       g_duration = strtod(optarg, NULL);
@@ -263,9 +332,11 @@ int main(int argc, char **argv) {
       g_json = true;
     else if (c == 'H')
       only_handoff = true;
+    else if (c == 'C')
+      only_hiccup = true;
     else {
       fprintf(c == 'h' ? stdout : stderr,
-              "usage: ez_bench_limits [--duration S] [--json] [--handoff]\n");
+              "usage: ez_bench_limits [--duration S] [--json] [--handoff | --hiccup]\n");
       return c == 'h' ? 0 : 2;
     }
   }
@@ -274,6 +345,10 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!(g_duration > 0 && g_duration < 60)) g_duration = 0.3;
+  if (only_hiccup) {
+    bench_hiccup();
+    return 0;
+  }
   signal(SIGPIPE, SIG_IGN);
   bench_memcpy(64, false);
   bench_memcpy(4096, false);
