@@ -7,6 +7,7 @@
  *    the publisher's messages arrive again, and one that arrived whole before the cut is kept.
  *  - test_rejoin_with_server_stopped: that join waits for a stopped graph server, but the
  *    process's other links keep delivering meanwhile.
+ *  - test_vanished_publisher: a cut publisher that no longer listens is not asked for again.
  *  - test_unreachable_publisher: joining a publisher whose connect is never answered waits, but
  *    the process's other links keep delivering.
  *  - test_sub_leaves_with_queued_messages: a subscriber destroyed with messages in its queue.
@@ -66,14 +67,24 @@ static void fake_pub_register(fx *f, fake_pub *fp, const char *topic) {
   fake_pub_announce(f, fp, topic, my_addr);
 }
 
-/* Accepts the next channel connection and reads its CHANNEL request (chan_id: its id). */
+/* Accepts the next channel connection and reads its CHANNEL request (chan_id: its id). A
+ * connection closed before it says anything is skipped: after a cut, the subscriber knocks at the
+ * listener before it asks for a new channel (src/sub/sublink.c). */
 static int fake_pub_accept(fake_pub *fp, char chan_id[64]) {
-  struct pollfd pf = {.fd = fp->listener, .events = POLLIN};
-  assert_int_equal(poll(&pf, 1, TMO), 1);
-  int fd = accept4(fp->listener, NULL, NULL, SOCK_CLOEXEC);
-  assert_true(fd >= 0);
+  int fd;
   uint8_t cmd = 0;
-  assert_int_equal(rp_rd_exact(fd, &cmd, 1, TMO), 0);
+  for (;;) {
+    struct pollfd pf = {.fd = fp->listener, .events = POLLIN};
+    assert_int_equal(poll(&pf, 1, TMO), 1);
+    fd = accept4(fp->listener, NULL, NULL, SOCK_CLOEXEC);
+    assert_true(fd >= 0);
+    pf = (struct pollfd){.fd = fd, .events = POLLIN};
+    assert_int_equal(poll(&pf, 1, TMO), 1);
+    ssize_t k = recv(fd, &cmd, 1, 0);
+    if (k == 1) break;
+    assert_int_equal(k, 0); /* a knock: closed at once */
+    close(fd);
+  }
   assert_int_equal(cmd, CHANNEL);
   rp_rd_str(fd, chan_id, 64);
   assert_true(rp_is_uuid(chan_id));
@@ -271,6 +282,63 @@ static void test_channel_rejoins(void **state) {
   fx_finish(f); /* no fd, segment or process left */
 }
 
+/* What the library logged, for test_vanished_publisher (it runs on library threads). */
+static struct {
+  pthread_mutex_t mu;
+  int gone, retries;
+} g_log = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+
+static void count_log(void *user, int level, const char *msg) {
+  (void)user;
+  (void)level;
+  pthread_mutex_lock(&g_log.mu);
+  g_log.gone += strstr(msg, "is gone (nothing listens at") != NULL;
+  g_log.retries += strstr(msg, "joining again in") != NULL;
+  pthread_mutex_unlock(&g_log.mu);
+}
+
+static int log_count(int *what) {
+  pthread_mutex_lock(&g_log.mu);
+  int n = *what;
+  pthread_mutex_unlock(&g_log.mu);
+  return n;
+}
+
+/* A publisher whose process is gone while the graph server still lists it (a released-dialect
+ * server drops it without telling subscribers, and warns about every channel then requested for
+ * it): the cut channel's subscriber knocks at the publisher's listener, finds nothing there, and
+ * does not ask the server for it again. Played here by a publisher that closes its listener and
+ * channel but keeps its registration, so that asking would be answered (and fail, and be
+ * retried). */
+static void test_vanished_publisher(void **state) {
+  fx *f = *state;
+  g_log.gone = g_log.retries = 0;
+  ez_set_log_hook(count_log, NULL, EZ_LOG_INFO); /* before any library thread runs */
+  ez_context *ctx = NULL;
+  assert_int_equal(ez_context_open(f->addr, &ctx), 0);
+  ez_sub *sub = NULL;
+  assert_int_equal(ez_sub_create(ctx, "/faults/vanished", NULL, &sub), 0);
+  fake_pub fp;
+  fake_pub_start(f, &fp, "/faults/vanished", 4);
+  fake_pub_roundtrip(&fp, sub, 0, "before it vanished");
+
+  close(fp.listener);
+  close(fp.data);
+  int64_t t0 = th_now_ms();
+  while (!log_count(&g_log.gone) && th_now_ms() - t0 < TMO)
+    th_sleep_ms(10);
+  assert_int_equal(log_count(&g_log.gone), 1);
+  th_sleep_ms(300); /* a join asked for it would fail and be retried within 100 ms */
+  assert_int_equal(log_count(&g_log.gone), 1);
+  assert_int_equal(log_count(&g_log.retries), 1); /* only the cut's own "joining again in 50 ms" */
+
+  close(fp.graph);
+  ez_sub_destroy(sub);
+  ez_context_close(ctx);
+  ez_set_log_hook(NULL, NULL, EZ_LOG_WARN);
+  fx_finish(f);
+}
+
 /* How many messages `live` receives in one second (a live link keeps delivering). */
 static int count_for_1s(ez_sub *live) {
   char buf[16];
@@ -449,6 +517,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_channel_cut_mid_message, setup, teardown),
       cmocka_unit_test_setup_teardown(test_channel_rejoins, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rejoin_with_server_stopped, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_vanished_publisher, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unreachable_publisher, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sub_leaves_with_queued_messages, setup, teardown),
   };

@@ -375,7 +375,9 @@ typedef struct ez_sub_opts {
 /* Creates a subscriber on `topic`; returns once it is connected to every current upstream
  * publisher, so anything published after this returns is received. Caller owns *out. A publisher
  * that cannot be reached (or whose connection is cut later) is joined again in the background,
- * after 50 ms doubling to 2 s, while the graph server lists it; each first failure is logged. */
+ * after 50 ms doubling to 2 s, while the graph server lists it; each first failure is logged.
+ * After a cut, a publisher on this host that no longer listens at its address is taken as gone
+ * without asking the server (until an UPDATE lists it again). */
 EZ_API int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, ez_sub **out);
 
 enum {

@@ -243,6 +243,28 @@ int ezi_tcp_connect_start(const char *host, uint16_t port, bool *done) {
   return fd;
 }
 
+int ezi_tcp_knock(const char *host, uint16_t port) {
+  struct sockaddr_storage ss;
+  socklen_t len;
+  if (resolve(host, port, &ss, &len)) return -1;
+  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int r = -1;
+  if (connect(fd, (struct sockaddr *)&ss, len) == 0) {
+    r = 1;
+  } else if (errno == ECONNREFUSED) {
+    r = 0;
+  } else if (errno == EINPROGRESS) {
+    struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+    int err = 0;
+    socklen_t elen = sizeof err;
+    if (poll(&pfd, 1, 0) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0)
+      r = err == 0 ? 1 : err == ECONNREFUSED ? 0 : -1;
+  }
+  close(fd);
+  return r;
+}
+
 int ezi_tcp_connect(const char *host, uint16_t port, int timeout_ms) {
   bool done;
   int fd = ezi_tcp_connect_start(host, port, &done);

@@ -217,6 +217,7 @@ bool ezi_is_uuid(const char *s, size_t n);
 
 /* ---- addresses -------------------------------------------------------------------------------
  * "host:port" -> host (NUL-terminated, at most 255 bytes) and port. EZ_EADDR if malformed. */
+#define EZI_ADDR_MAX 262 /* the longest well-formed "host:port", with its NUL */
 int ezi_addr_parse(const char *addr, char host[256], uint16_t *port);
 /* NULL -> $EZMSG_GRAPHSERVER_ADDR -> EZ_DEFAULT_ADDRESS; copies into out. */
 void ezi_addr_resolve(const char *addr, char out[300]);
@@ -236,6 +237,11 @@ int ezi_tcp_connect(const char *host, uint16_t port, int timeout_ms);
  * connected at once, else writable once connected (check SO_ERROR). EZ_ENOSERVER if refused at
  * once, EZ_EADDR if host does not resolve. */
 int ezi_tcp_connect_start(const char *host, uint16_t port, bool *done);
+/* Knocks at host:port without waiting for an answer: connects, looks once, hangs up. 1 if a
+ * listener took the connection within the call, 0 if it was refused within the call (nothing
+ * listens there), -1 if neither was settled by then (a remote host, usually), or on any other
+ * error. On Linux a connection to this host is settled within connect(). */
+int ezi_tcp_knock(const char *host, uint16_t port);
 void ezi_sock_setup(int fd);
 
 #endif

@@ -144,6 +144,7 @@ struct chan {
   ezi_lring lr;
   /* remote (I/O thread; `remote` is set before anyone else sees the channel) */
   bool remote;
+  char pub_addr[EZI_ADDR_MAX]; /* the publisher's address the server gave (empty if too long) */
   ezi_watch pw;
   ezi_buf pin;
   /* A large TX_TCP message (EZI_DIRECT_READ_MIN bytes or more, no window) read straight into the

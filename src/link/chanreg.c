@@ -169,6 +169,8 @@ static void registered(chan *c, const char *addr) {
   }
   c->state = CH_CONNECTING;
   c->remote = true;
+  size_t alen = strlen(addr);
+  if (alen < sizeof c->pub_addr) memcpy(c->pub_addr, addr, alen + 1);
   int rc = ezi_chan_link_start(c, addr);
   if (rc) ezi_chan_link_done(c, rc);
 }

@@ -4,6 +4,10 @@
  * Links are supervised: a publisher listed by the graph server that cannot be reached, or whose
  * connection is cut, is joined again after a backoff (50 ms doubling to 2 s) for as long as it
  * stays listed, so a transient failure never leaves a subscriber deaf to a live publisher.
+ * After a cut, before asking the graph server for a new channel, the subscriber knocks at the
+ * address the publisher served it on: if nothing listens there any more, the publisher has exited
+ * and is not asked for (a released-dialect server does not tell subscribers that a publisher
+ * left, and logs a warning for each channel requested of one it dropped).
  * Everything here runs on the I/O thread. */
 #include "sub/subscriber.h"
 #include "sub/sublink.h"
@@ -127,6 +131,22 @@ static int link_join(ez_sub *s, pub_link *l, bool *pending) {
   return 0;
 }
 
+/* After a cut: true if nothing listens at the publisher's address any more (checked within the
+ * call, so only a local address tells; a remote one is joined as before). A gone publisher is
+ * joined again only if an UPDATE lists it again. Knocks once per cut. */
+static bool knocked_gone(ez_sub *s, pub_link *l) {
+  char host[256];
+  uint16_t port;
+  bool gone = !ezi_addr_parse(l->knock, host, &port) && ezi_tcp_knock(host, port) == 0;
+  if (gone) {
+    EZI_INFO("subscriber %s: publisher %s is gone (nothing listens at %s any more)", s->topic,
+             l->pub_id, l->knock);
+    l->retry_at = 0;
+  }
+  l->knock[0] = 0;
+  return gone;
+}
+
 static void retry_fire(void *arg) {
   ez_sub *s = arg;
   s->retry_timer = 0;
@@ -134,6 +154,7 @@ static void retry_fire(void *arg) {
   for (size_t i = 0; i < s->n_links; i++) {
     pub_link *l = &s->links[i];
     if (l->cs || !l->retry_at || l->retry_at > now) continue;
+    if (l->knock[0] && knocked_gone(s, l)) continue;
     bool pending;
     int rc = link_join(s, l, &pending);
     if (rc)
@@ -151,7 +172,10 @@ static void apply_update(ez_sub *s, const char *ids, size_t n) {
   for (size_t i = 0; i < s->n_links;) {
     pub_link *l = &s->links[i];
     if (listed(ids, n, l->pub_id)) {
-      if (!l->cs && !l->retry_at) l->retry_at = ezi_now_ns(); /* listed again: try again now */
+      if (!l->cs && !l->retry_at) { /* listed again: try again now */
+        l->retry_at = ezi_now_ns();
+        l->knock[0] = 0;
+      }
       i++;
       continue;
     }
@@ -277,6 +301,8 @@ void ezi_sub_join_done(ez_sub *s, chan_sub *cs, int rc) {
 
 void ezi_sub_chan_lost(ez_sub *s, chan_sub *cs) {
   pub_link *l = find_link(s, cs);
+  if (l) /* knocked at before joining again (empty: the publisher was not reached over TCP) */
+    snprintf(l->knock, sizeof l->knock, "%s", cs->ch->pub_addr);
   /* Queued messages in the publisher's shared memory are dropped (their slots may be overwritten
    * now); those that came whole over TCP stay queued. What the user views or still has queued
    * stays valid until released, or until the subscriber goes (ez_sub_destroy ends views), so a

@@ -15,7 +15,9 @@ typedef struct link {
                       * publisher is unknown; the next UPDATE listing it retries) */
   unsigned failures; /* in a row; reset by a join that completes */
   bool retry_join;   /* cs is a retry's join, still shaking hands (not counted in joins_pending) */
-  chan_sub **dead;   /* memberships of cut channels whose messages the user still views */
+  char knock[EZI_ADDR_MAX]; /* after a cut: the address to knock at before joining again (sublink.c)
+                             */
+  chan_sub **dead;          /* memberships of cut channels whose messages the user still views */
   size_t n_dead;
 } pub_link;
 
