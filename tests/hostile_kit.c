@@ -1,5 +1,6 @@
 /* The hostile data-plane tests' kit (hostile_kit.h). */
 #include "hostile_kit.h"
+#include "rawproto.h"
 
 #include "proto/marshal.h"
 #include "proto/shm.h"
@@ -146,10 +147,8 @@ bool hk_pub_segment(hk_pub *fp, const char *srv, uint64_t nbuf, uint64_t size, b
 }
 
 bool hk_pub_accept(hk_pub *fp, int timeout_ms) {
-  struct pollfd pf = {.fd = fp->listener, .events = POLLIN};
-  if (poll(&pf, 1, timeout_ms) != 1) return false;
   if (fp->data >= 0) close(fp->data);
-  fp->data = accept4(fp->listener, NULL, NULL, SOCK_CLOEXEC);
+  fp->data = rp_accept_talker(fp->listener, timeout_ms);
   int one = 1;
   if (fp->data >= 0) setsockopt(fp->data, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   uint8_t c = 0xff;

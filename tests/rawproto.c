@@ -12,6 +12,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -102,6 +103,19 @@ bool rp_hung_up(int fd, int timeout_ms) {
     if (poll(&p, 1, 100) == 1 && recv(fd, b, sizeof b, 0) <= 0) return true;
   }
   return false;
+}
+
+int rp_accept_talker(int listener, int timeout_ms) {
+  for (;;) {
+    struct pollfd pf = {.fd = listener, .events = POLLIN};
+    if (poll(&pf, 1, timeout_ms) != 1) return -1;
+    int fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) return -1;
+    pf = (struct pollfd){.fd = fd, .events = POLLIN};
+    uint8_t b;
+    if (poll(&pf, 1, timeout_ms) == 1 && recv(fd, &b, 1, MSG_PEEK) == 1) return fd;
+    close(fd); /* a knock (or a connection that said nothing in time) */
+  }
 }
 
 int rp_listen(char addr[64], int backlog) {

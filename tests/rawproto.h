@@ -37,6 +37,11 @@ bool rp_closed_silently(int fd, int timeout_ms);
 bool rp_hung_up(int fd, int timeout_ms);
 /* A listening TCP socket on 127.0.0.1 with a free port (its "host:port" into addr). */
 int rp_listen(char addr[64], int backlog);
+/* Accepts the next connection on listener that sends something within timeout_ms (its bytes left
+ * unread), closing those that hang up first: after a cut, a subscriber knocks at the publisher's
+ * listener (connects, hangs up) before it asks for a new channel (src/sub/sublink.c). The fd, or
+ * -1 if none came in time. Does not fail the test itself (child processes use it too). */
+int rp_accept_talker(int listener, int timeout_ms);
 /* True if nothing arrives (and the connection stays open) for ms. */
 bool rp_quiet_for(int fd, int ms);
 

@@ -28,7 +28,7 @@ void fake_start(fake *f, const char *topic) {
   char my_addr[64];
   f->listener = rp_listen(my_addr, 4);
   f->graph = rp_fake_pub_begin(th_addr, topic, my_addr, f->id);
-  f->data = accept4(f->listener, NULL, NULL, SOCK_CLOEXEC);
+  f->data = rp_accept_talker(f->listener, TMO);
   assert_true(f->data >= 0);
   rp_expect_u8(f->data, EZI_CHANNEL);
   char chan_id[64];

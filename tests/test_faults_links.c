@@ -67,24 +67,13 @@ static void fake_pub_register(fx *f, fake_pub *fp, const char *topic) {
   fake_pub_announce(f, fp, topic, my_addr);
 }
 
-/* Accepts the next channel connection and reads its CHANNEL request (chan_id: its id). A
- * connection closed before it says anything is skipped: after a cut, the subscriber knocks at the
- * listener before it asks for a new channel (src/sub/sublink.c). */
+/* Accepts the next channel connection (knocks skipped) and reads its CHANNEL request (chan_id:
+ * its id). */
 static int fake_pub_accept(fake_pub *fp, char chan_id[64]) {
-  int fd;
+  int fd = rp_accept_talker(fp->listener, TMO);
+  assert_true(fd >= 0);
   uint8_t cmd = 0;
-  for (;;) {
-    struct pollfd pf = {.fd = fp->listener, .events = POLLIN};
-    assert_int_equal(poll(&pf, 1, TMO), 1);
-    fd = accept4(fp->listener, NULL, NULL, SOCK_CLOEXEC);
-    assert_true(fd >= 0);
-    pf = (struct pollfd){.fd = fd, .events = POLLIN};
-    assert_int_equal(poll(&pf, 1, TMO), 1);
-    ssize_t k = recv(fd, &cmd, 1, 0);
-    if (k == 1) break;
-    assert_int_equal(k, 0); /* a knock: closed at once */
-    close(fd);
-  }
+  assert_int_equal(rp_rd_exact(fd, &cmd, 1, TMO), 0);
   assert_int_equal(cmd, CHANNEL);
   rp_rd_str(fd, chan_id, 64);
   assert_true(rp_is_uuid(chan_id));

@@ -42,7 +42,7 @@ typedef struct fake {
 /* The publisher's side of a channel's handshake on f->listener (4 slots, no segment); the
  * channel asks for a window. */
 static void fake_accept(fake *f) {
-  f->data = accept4(f->listener, NULL, NULL, SOCK_CLOEXEC);
+  f->data = rp_accept_talker(f->listener, TMO);
   assert_true(f->data >= 0);
   rp_expect_u8(f->data, EZI_CHANNEL);
   char chan_id[64];
