@@ -55,7 +55,7 @@ L.append("- msgs/s: deliveries per second summed over the sinks. Latency: publis
 hic = runs.get("machine/hiccup", [])
 if hic:
     gaps = ", ".join(f"{r['lat_max_us'] / 1000:.2f}" for r in hic)
-    L.append(f"- The machine's floor under every max: with all {hic[0]['n']} CPUs busy (one thread "
+    L.append(f"- The machine's floor under every max: with {hic[0]['n']} CPUs busy (one thread "
              f"pinned to each, reading the clock; `ez_bench_limits --hiccup`, "
              f"{E.get('DURATION')} s, once a round), the longest time the machine took a CPU "
              f"away was {gaps} ms (median {statistics.median(r['lat_max_us'] for r in hic) / 1000:.2f}"

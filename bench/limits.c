@@ -17,11 +17,12 @@
  *               loop for S seconds: the longest gap any of them saw is the longest time the
  *               machine (its kernel threads, other jobs, the host) took a busy CPU away. No
  *               latency measured on a fully loaded machine can have a smaller maximum, whatever
- *               carries the messages: bench/fan.sh and bench/rate.sh record it each round, next
- *               to the maxima of their runs.
+ *               carries the messages: bench/fan.sh records it each round, next to the maxima of
+ *               its runs.
  *
  *   ez_bench_limits [--duration S] [--json] [--handoff | --hiccup]
- *       (S per measurement, default 0.3; --handoff: only that, ~20 ms; --hiccup: only that, S) */
+ *       (S per measurement, 0 < S < 60, default 0.3; --handoff: only that, ~20 ms; --hiccup:
+ *       only that, S) */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
@@ -269,13 +270,17 @@ static void *hiccup_thread(void *arg) {
   hiccup_arg *h = arg;
   pin_nth(h->allowed, h->k); /* best effort: unpinned, the spinners still fill the CPUs */
   uint64_t t0 = now_ns(), stop = t0 + (uint64_t)(g_duration * 1e9), prev = t0;
+  uint64_t max_gap = 0, over_1ms = 0, over_0_1ms = 0; /* (locals: no line shared while spinning) */
   for (uint64_t t = t0; t < stop; prev = t) {
     t = now_ns();
     uint64_t gap = t - prev;
-    if (gap > h->max_gap) h->max_gap = gap;
-    h->over_1ms += gap > 1000000u;
-    h->over_0_1ms += gap > 100000u;
+    if (gap > max_gap) max_gap = gap;
+    over_1ms += gap > 1000000u;
+    over_0_1ms += gap > 100000u;
   }
+  h->max_gap = max_gap;
+  h->over_1ms = over_1ms;
+  h->over_0_1ms = over_0_1ms;
   return NULL;
 }
 

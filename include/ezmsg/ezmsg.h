@@ -376,8 +376,8 @@ typedef struct ez_sub_opts {
  * publisher, so anything published after this returns is received. Caller owns *out. A publisher
  * that cannot be reached (or whose connection is cut later) is joined again in the background,
  * after 50 ms doubling to 2 s, while the graph server lists it; each first failure is logged.
- * After a cut, a publisher on this host that no longer listens at its address is taken as gone
- * without asking the server (until an UPDATE lists it again). */
+ * After a cut, a publisher on this host that no longer listens at its address is not asked for;
+ * after ~3 s of that it is taken as gone (until an UPDATE lists it again). */
 EZ_API int ez_sub_create(ez_context *ctx, const char *topic, const ez_sub_opts *opts, ez_sub **out);
 
 enum {

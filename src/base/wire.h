@@ -240,7 +240,7 @@ int ezi_tcp_connect_start(const char *host, uint16_t port, bool *done);
 /* Knocks at host:port without waiting for an answer: connects, looks once, hangs up. 1 if a
  * listener took the connection within the call, 0 if it was refused within the call (nothing
  * listens there), -1 if neither was settled by then (a remote host, usually), or on any other
- * error. On Linux a connection to this host is settled within connect(). */
+ * error. On Linux a connection to this host is settled by the time connect() returns. */
 int ezi_tcp_knock(const char *host, uint16_t port);
 void ezi_sock_setup(int fd);
 

@@ -5,9 +5,10 @@
  * connection is cut, is joined again after a backoff (50 ms doubling to 2 s) for as long as it
  * stays listed, so a transient failure never leaves a subscriber deaf to a live publisher.
  * After a cut, before asking the graph server for a new channel, the subscriber knocks at the
- * address the publisher served it on: if nothing listens there any more, the publisher has exited
- * and is not asked for (a released-dialect server does not tell subscribers that a publisher
- * left, and logs a warning for each channel requested of one it dropped).
+ * address the publisher served it on: while nothing listens there, the publisher is not asked
+ * for, and after ~3 s of that it is taken as gone (a released-dialect server does not tell
+ * subscribers that a publisher left, and logs a warning for each channel requested of one it
+ * dropped).
  * Everything here runs on the I/O thread. */
 #include "sub/subscriber.h"
 #include "sub/sublink.h"
@@ -23,6 +24,8 @@
 
 #define RETRY_FIRST_MS 50
 #define RETRY_MAX_MS 2000
+#define KNOCKS_MAX                                                                                 \
+  6 /* refused knocks after a cut, 50 ms doubling (~3 s), before a publisher is gone */
 
 static bool listed(const char *ids, size_t n, const char *id) {
   for (size_t i = 0; i + 36 <= n; i += 37)
@@ -131,20 +134,32 @@ static int link_join(ez_sub *s, pub_link *l, bool *pending) {
   return 0;
 }
 
-/* After a cut: true if nothing listens at the publisher's address any more (checked within the
- * call, so only a local address tells; a remote one is joined as before). A gone publisher is
- * joined again only if an UPDATE lists it again. Knocks once per cut. */
-static bool knocked_gone(ez_sub *s, pub_link *l) {
+/* After a cut: knocks at the publisher's address; true if the join is not to be asked for now.
+ * Accepted, or not settled within the call (a remote address): false, the join goes ahead. Refused
+ * (nothing listens there any more): knocked again on the retry's backoff, and after KNOCKS_MAX
+ * refusals in a row (~3 s: a local forwarder that restarts is not taken for an exit) the publisher
+ * is gone, joined again only if an UPDATE lists it again (a released-dialect server sends none
+ * when a publisher exits; ours does, before the first knock is due). */
+static bool knock_refused(ez_sub *s, pub_link *l) {
   char host[256];
   uint16_t port;
-  bool gone = !ezi_addr_parse(l->knock, host, &port) && ezi_tcp_knock(host, port) == 0;
-  if (gone) {
-    EZI_INFO("subscriber %s: publisher %s is gone (nothing listens at %s any more)", s->topic,
-             l->pub_id, l->knock);
-    l->retry_at = 0;
+  int r = ezi_addr_parse(l->knock, host, &port) ? -1 : ezi_tcp_knock(host, port);
+  drop_dead(l, false, true); /* the cut's memberships the user released meanwhile */
+  if (r != 0) {
+    l->knock[0] = 0;
+    l->knocks = 0;
+    return false;
   }
+  if (++l->knocks < KNOCKS_MAX) {
+    l->retry_at = ezi_now_ns() + ((uint64_t)RETRY_FIRST_MS << l->knocks) * 1000000u;
+    return true;
+  }
+  EZI_INFO("subscriber %s: publisher %s is gone (nothing listens at %s any more)", s->topic,
+           l->pub_id, l->knock);
+  l->retry_at = 0;
   l->knock[0] = 0;
-  return gone;
+  l->knocks = 0;
+  return true;
 }
 
 static void retry_fire(void *arg) {
@@ -154,7 +169,7 @@ static void retry_fire(void *arg) {
   for (size_t i = 0; i < s->n_links; i++) {
     pub_link *l = &s->links[i];
     if (l->cs || !l->retry_at || l->retry_at > now) continue;
-    if (l->knock[0] && knocked_gone(s, l)) continue;
+    if (l->knock[0] && knock_refused(s, l)) continue;
     bool pending;
     int rc = link_join(s, l, &pending);
     if (rc)
@@ -174,7 +189,8 @@ static void apply_update(ez_sub *s, const char *ids, size_t n) {
     if (listed(ids, n, l->pub_id)) {
       if (!l->cs && !l->retry_at) { /* listed again: try again now */
         l->retry_at = ezi_now_ns();
-        l->knock[0] = 0;
+        l->knock[0] = 0; /* (set with retry_at 0 only if the graph link is gone too) */
+        l->knocks = 0;
       }
       i++;
       continue;
@@ -301,8 +317,10 @@ void ezi_sub_join_done(ez_sub *s, chan_sub *cs, int rc) {
 
 void ezi_sub_chan_lost(ez_sub *s, chan_sub *cs) {
   pub_link *l = find_link(s, cs);
-  if (l) /* knocked at before joining again (empty: the publisher was not reached over TCP) */
+  if (l) { /* knocked at before joining again (empty: the publisher was not reached over TCP) */
     snprintf(l->knock, sizeof l->knock, "%s", cs->ch->pub_addr);
+    l->knocks = 0;
+  }
   /* Queued messages in the publisher's shared memory are dropped (their slots may be overwritten
    * now); those that came whole over TCP stay queued. What the user views or still has queued
    * stays valid until released, or until the subscriber goes (ez_sub_destroy ends views), so a

@@ -12,12 +12,15 @@ typedef struct link {
   char pub_id[37];
   chan_sub *cs;      /* NULL while waiting to join again */
   uint64_t retry_at; /* with cs NULL: when to join again (0: not scheduled, the server said the
-                      * publisher is unknown; the next UPDATE listing it retries) */
+                      * publisher is unknown or knocks found it gone; the next UPDATE listing it
+                      * retries) */
   unsigned failures; /* in a row; reset by a join that completes */
   bool retry_join;   /* cs is a retry's join, still shaking hands (not counted in joins_pending) */
-  char knock[EZI_ADDR_MAX]; /* after a cut: the address to knock at before joining again (sublink.c)
-                             */
-  chan_sub **dead;          /* memberships of cut channels whose messages the user still views */
+  /* After a cut: the address to knock at before joining again, and how many knocks were refused
+   * in a row (sublink.c). */
+  char knock[EZI_ADDR_MAX];
+  unsigned knocks;
+  chan_sub **dead; /* memberships of cut channels whose messages the user still views */
   size_t n_dead;
 } pub_link;
 
