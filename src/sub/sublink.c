@@ -24,8 +24,8 @@
 
 #define RETRY_FIRST_MS 50
 #define RETRY_MAX_MS 2000
-#define KNOCKS_MAX                                                                                 \
-  6 /* refused knocks after a cut, 50 ms doubling (~3 s), before a publisher is gone */
+/* Refused knocks after a cut (50 ms doubling: ~3 s) before a publisher is taken as gone. */
+#define KNOCKS_MAX 6
 
 static bool listed(const char *ids, size_t n, const char *id) {
   for (size_t i = 0; i + 36 <= n; i += 37)
