@@ -5,6 +5,7 @@
 #include "proto/gsparse.h"
 #include "base/internal.h"
 #include "base/wire.h"
+#include "rawproto.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,23 @@ static void test_addresses_and_ids(void **state) {
   assert_false(ezi_is_uuid(bad_id, 36));
 }
 
+/* ezi_tcp_knock on this host: a listener takes the knock (a connection that says nothing and
+ * hangs up), and once it is closed the same port refuses, both settled within the call. */
+static void test_knock(void **state) {
+  (void)state;
+  char addr[64], host[256];
+  uint16_t port;
+  int l = rp_listen(addr, 4);
+  assert_int_equal(ezi_addr_parse(addr, host, &port), 0);
+  assert_int_equal(ezi_tcp_knock(host, port), 1);
+  int fd = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+  assert_true(fd >= 0);
+  assert_true(rp_closed_silently(fd, 5000));
+  close(fd);
+  close(l);
+  assert_int_equal(ezi_tcp_knock(host, port), 0);
+}
+
 /* A request frame: whole, then fed a byte at a time, must parse to the same fields. */
 static void check_frame(ezi_gs_phase ph, const ezi_buf *b, ezi_gs_req *out) {
   const uint8_t *p = ezi_buf_head(b);
@@ -215,6 +233,7 @@ int main(void) {
       cmocka_unit_test(test_buf_socket_io),
       cmocka_unit_test(test_reader_short_and_limits),
       cmocka_unit_test(test_addresses_and_ids),
+      cmocka_unit_test(test_knock),
       cmocka_unit_test(test_server_requests),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

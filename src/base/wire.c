@@ -227,37 +227,42 @@ static void sock_host(int fd, bool peer, char out[64]) {
 void ezi_sock_peer_host(int fd, char out[64]) { sock_host(fd, true, out); }
 void ezi_sock_local_host(int fd, char out[64]) { sock_host(fd, false, out); }
 
-int ezi_tcp_connect_start(const char *host, uint16_t port, bool *done) {
+/* A non-blocking socket connecting to host:port (*err: 0 if connected at once, else connect's
+ * errno; the fd is the caller's either way), or EZ_EADDR / EZ_ESYS. */
+static int connect_nb(const char *host, uint16_t port, int *err) {
   struct sockaddr_storage ss;
   socklen_t len;
   if (resolve(host, port, &ss, &len)) return EZ_EADDR;
   int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return EZ_ESYS;
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  *done = connect(fd, (struct sockaddr *)&ss, len) == 0;
-  if (!*done && errno != EINPROGRESS) {
+  *err = connect(fd, (struct sockaddr *)&ss, len) == 0 ? 0 : errno;
+  return fd;
+}
+
+int ezi_tcp_connect_start(const char *host, uint16_t port, bool *done) {
+  int err = 0, fd = connect_nb(host, port, &err);
+  if (fd < 0) return fd;
+  if (err && err != EINPROGRESS) {
     close(fd);
     return EZ_ENOSERVER;
   }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  *done = err == 0;
   return fd;
 }
 
 int ezi_tcp_knock(const char *host, uint16_t port) {
-  struct sockaddr_storage ss;
-  socklen_t len;
-  if (resolve(host, port, &ss, &len)) return -1;
-  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int err = 0, fd = connect_nb(host, port, &err);
   if (fd < 0) return -1;
   int r = -1;
-  if (connect(fd, (struct sockaddr *)&ss, len) == 0) {
+  if (err == 0) {
     r = 1;
-  } else if (errno == ECONNREFUSED) {
+  } else if (err == ECONNREFUSED) {
     r = 0;
-  } else if (errno == EINPROGRESS) {
+  } else if (err == EINPROGRESS) {
     struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-    int err = 0;
-    socklen_t elen = sizeof err;
+    socklen_t elen = sizeof err; /* (err: now the connection's own outcome) */
     if (poll(&pfd, 1, 0) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0)
       r = err == 0 ? 1 : err == ECONNREFUSED ? 0 : -1;
   }
