@@ -77,6 +77,12 @@ static void arm_retry(ez_sub *s) {
   s->retry_timer = at ? ezi_loop_timer(s->ctx->loop, at, retry_fire, s) : 0;
 }
 
+/* The backoff before the n-th retry in a row (n >= 1): 50 ms doubling to 2 s. */
+static uint64_t backoff_ms(unsigned n) {
+  uint64_t ms = (uint64_t)RETRY_FIRST_MS << (n - 1 < 6 ? n - 1 : 6);
+  return ms < RETRY_MAX_MS ? ms : RETRY_MAX_MS;
+}
+
 /* A join of l's publisher failed (rc), or (cut) its channel's link was cut: schedule another. */
 static void link_failed(ez_sub *s, pub_link *l, int rc, bool cut) {
   l->cs = NULL;
@@ -91,9 +97,7 @@ static void link_failed(ez_sub *s, pub_link *l, int rc, bool cut) {
     EZI_INFO("subscriber %s: publisher %s is gone", s->topic, l->pub_id);
     return;
   }
-  unsigned shift = l->failures - 1 < 6 ? l->failures - 1 : 6;
-  uint64_t ms = (uint64_t)RETRY_FIRST_MS << shift;
-  if (ms > RETRY_MAX_MS) ms = RETRY_MAX_MS;
+  uint64_t ms = backoff_ms(l->failures);
   l->retry_at = ezi_now_ns() + ms * 1000000u;
   /* A publisher that exits closes its links: that first cut is routine (the join that follows
    * finds it gone), so it is only noted. A second failure in a row, or any other first one, is
@@ -147,18 +151,16 @@ static bool knock_refused(ez_sub *s, pub_link *l) {
   drop_dead(l, false, true); /* the cut's memberships the user released meanwhile */
   if (r != 0) {
     l->knock[0] = 0;
-    l->knocks = 0;
     return false;
   }
-  if (++l->knocks < KNOCKS_MAX) {
-    l->retry_at = ezi_now_ns() + ((uint64_t)RETRY_FIRST_MS << l->knocks) * 1000000u;
+  if (++l->knocks < KNOCKS_MAX) { /* (the cut's own retry came after the first backoff) */
+    l->retry_at = ezi_now_ns() + backoff_ms(l->knocks + 1) * 1000000u;
     return true;
   }
   EZI_INFO("subscriber %s: publisher %s is gone (nothing listens at %s any more)", s->topic,
            l->pub_id, l->knock);
   l->retry_at = 0;
   l->knock[0] = 0;
-  l->knocks = 0;
   return true;
 }
 
@@ -187,11 +189,7 @@ static void apply_update(ez_sub *s, const char *ids, size_t n) {
   for (size_t i = 0; i < s->n_links;) {
     pub_link *l = &s->links[i];
     if (listed(ids, n, l->pub_id)) {
-      if (!l->cs && !l->retry_at) { /* listed again: try again now */
-        l->retry_at = ezi_now_ns();
-        l->knock[0] = 0; /* (set with retry_at 0 only if the graph link is gone too) */
-        l->knocks = 0;
-      }
+      if (!l->cs && !l->retry_at) l->retry_at = ezi_now_ns(); /* listed again: try again now */
       i++;
       continue;
     }
